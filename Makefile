@@ -1,0 +1,41 @@
+# The two commands a new user runs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+EXTERNAL_REDIS ?= redis://127.0.0.1:6379/0
+EXTERNAL_PG    ?= postgresql://postgres@127.0.0.1:5432/postgres
+
+.PHONY: demo test test-external bench lint down clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)  ## run the main job on embedded servers
+	$(VENV)/bin/amber demo
+
+test: $(STAMP)  ## the whole suite (embedded servers unless AMBER_*_URL are set)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-external: $(STAMP)  ## the suite against the machine's own Redis and PostgreSQL
+	AMBER_REDIS_URL=$(EXTERNAL_REDIS) AMBER_DATABASE_URL=$(EXTERNAL_PG) $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)  ## every benchmark; each prints its table
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy --strict src
+
+down: $(STAMP)  ## stop the embedded servers
+	$(VENV)/bin/amber down
+
+clean: down
+	rm -rf $(VENV) .amber

@@ -1,0 +1,205 @@
+"""Canonical JSON for typed Redis values, and the hash of a whole agent memory.
+
+Pure functions, no I/O. The canonical form is what snapshots store and what
+hashes cover:
+
+* bytes that are valid UTF-8 become JSON strings; any other bytes become
+  ``{"b64": "..."}``, so every value round-trips byte for byte;
+* hashes become ``[field, value]`` pairs sorted by field bytes, sets become
+  members sorted by bytes, zsets become ``[member, score]`` pairs in Redis order
+  (score, then member bytes); a list keeps its order;
+* the memory hash covers key names, types and values, never TTLs (they change
+  with time), so it does not depend on when, or in what order, it was read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
+
+import orjson
+
+from amber.errors import AmberError
+
+RedisType = Literal["string", "list", "hash", "set", "zset"]
+REDIS_TYPES: tuple[RedisType, ...] = get_args(RedisType)
+
+StringValue = bytes
+ListValue = list[bytes]
+HashValue = dict[bytes, bytes]
+SetValue = set[bytes]
+ZSetValue = list[tuple[bytes, float]]
+Value = StringValue | ListValue | HashValue | SetValue | ZSetValue
+
+FORMAT_VERSION = 1
+"""Version of the snapshot document; bumped when its layout changes."""
+
+NO_TTL = -1
+"""``ttl_ms`` of a key that never expires."""
+
+
+class CodecError(AmberError, ValueError):
+    """Bytes or a document do not decode to a valid snapshot; the message says where."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One Redis key of a memory: its type, value, and remaining TTL in ms (-1: none)."""
+
+    type: RedisType
+    value: Value
+    ttl_ms: int = NO_TTL
+
+
+Memory = Mapping[str, Entry]
+"""A whole agent memory: key name (without prefix) → entry."""
+
+
+# -- bytes ------------------------------------------------------------------------------
+def encode_bytes(raw: bytes) -> str | dict[str, str]:
+    """Text when ``raw`` is UTF-8, else ``{"b64": ...}``."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(raw).decode("ascii")}
+
+
+def decode_bytes(doc: object, where: str = "value") -> bytes:
+    """Inverse of :func:`encode_bytes`."""
+    if isinstance(doc, str):
+        return doc.encode("utf-8")
+    if isinstance(doc, dict) and set(doc) == {"b64"} and isinstance(doc["b64"], str):
+        try:
+            return base64.b64decode(doc["b64"], validate=True)
+        except binascii.Error:
+            raise CodecError(f"{where}: invalid base64") from None
+    raise CodecError(f"{where}: expected a string or {{'b64': ...}}, got {type(doc).__name__}")
+
+
+def _encode_score(score: float) -> float | str:
+    if math.isinf(score):
+        return "inf" if score > 0 else "-inf"
+    if math.isnan(score):
+        raise CodecError("zset score is NaN")
+    return float(score)
+
+
+def _decode_score(doc: object, where: str) -> float:
+    if doc == "inf":
+        return math.inf
+    if doc == "-inf":
+        return -math.inf
+    if isinstance(doc, int | float) and not isinstance(doc, bool) and math.isfinite(doc):
+        return float(doc)
+    raise CodecError(f"{where}: invalid zset score {doc!r}")
+
+
+# -- one value --------------------------------------------------------------------------
+def encode_value(rtype: RedisType, value: Value) -> Any:
+    """Canonical JSON-able form of one typed value."""
+    if rtype == "string":
+        return encode_bytes(cast(bytes, value))
+    if rtype == "list":
+        return [encode_bytes(v) for v in cast(ListValue, value)]
+    if rtype == "hash":
+        items = sorted(cast(HashValue, value).items())
+        return [[encode_bytes(f), encode_bytes(v)] for f, v in items]
+    if rtype == "set":
+        return [encode_bytes(m) for m in sorted(cast(SetValue, value))]
+    if rtype == "zset":
+        pairs = sorted(cast(ZSetValue, value), key=lambda p: (p[1], p[0]))
+        return [[encode_bytes(m), _encode_score(s)] for m, s in pairs]
+    raise CodecError(f"unsupported Redis type {rtype!r}")
+
+
+def _pairs(doc: object, where: str) -> list[list[Any]]:
+    if not isinstance(doc, list) or not all(isinstance(p, list) and len(p) == 2 for p in doc):
+        raise CodecError(f"{where}: expected a list of pairs")
+    return doc
+
+
+def decode_value(rtype: str, doc: object, where: str = "value") -> Value:
+    """Inverse of :func:`encode_value`; raises ``CodecError`` on any malformed part."""
+    if rtype == "string":
+        return decode_bytes(doc, where)
+    if rtype in ("list", "set"):
+        if not isinstance(doc, list):
+            raise CodecError(f"{where}: expected a list")
+        items = [decode_bytes(v, f"{where}[{i}]") for i, v in enumerate(doc)]
+        return items if rtype == "list" else set(items)
+    if rtype == "hash":
+        return {
+            decode_bytes(f, f"{where}[{i}]"): decode_bytes(v, f"{where}[{i}]")
+            for i, (f, v) in enumerate(_pairs(doc, where))
+        }
+    if rtype == "zset":
+        return [
+            (decode_bytes(m, f"{where}[{i}]"), _decode_score(s, f"{where}[{i}]"))
+            for i, (m, s) in enumerate(_pairs(doc, where))
+        ]
+    raise CodecError(f"{where}: unsupported Redis type {rtype!r}")
+
+
+def normalize(rtype: RedisType, value: Value) -> Value:
+    """The value as :func:`decode_value` would return it (zsets in Redis order)."""
+    return decode_value(rtype, encode_value(rtype, value))
+
+
+# -- a whole memory ---------------------------------------------------------------------
+def memory_document(memory: Memory) -> dict[str, Any]:
+    """JSON-able snapshot document of a memory (TTLs included)."""
+    return {
+        "format": FORMAT_VERSION,
+        "keys": {
+            name: {"type": e.type, "value": encode_value(e.type, e.value), "ttl_ms": e.ttl_ms}
+            for name, e in memory.items()
+        },
+    }
+
+
+def encode_memory(memory: Memory) -> bytes:
+    """Canonical JSON bytes of a memory (keys sorted)."""
+    return orjson.dumps(memory_document(memory), option=orjson.OPT_SORT_KEYS)
+
+
+def memory_from_document(doc: object) -> dict[str, Entry]:
+    """Inverse of :func:`memory_document`; raises ``CodecError`` naming the bad key."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("keys"), dict):
+        raise CodecError("snapshot document has no 'keys' object")
+    if doc.get("format") != FORMAT_VERSION:
+        raise CodecError(f"snapshot format {doc.get('format')!r} is not {FORMAT_VERSION}")
+    memory: dict[str, Entry] = {}
+    for name, item in doc["keys"].items():
+        if not isinstance(item, dict) or item.get("type") not in REDIS_TYPES:
+            raise CodecError(f"key {name!r}: missing or unsupported type")
+        ttl = item.get("ttl_ms", NO_TTL)
+        if not isinstance(ttl, int) or isinstance(ttl, bool):
+            raise CodecError(f"key {name!r}: ttl_ms is not an integer")
+        rtype = cast(RedisType, item["type"])
+        memory[name] = Entry(rtype, decode_value(rtype, item.get("value"), f"key {name!r}"), ttl)
+    return memory
+
+
+def decode_memory(raw: bytes | str) -> dict[str, Entry]:
+    """Inverse of :func:`encode_memory`."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"snapshot is not valid JSON: {exc}") from None
+    return memory_from_document(doc)
+
+
+def memory_hash(memory: Memory) -> str:
+    """SHA-256 (hex) over key names, types and values of a memory; TTLs excluded."""
+    canon = {name: [e.type, encode_value(e.type, e.value)] for name, e in memory.items()}
+    return hashlib.sha256(orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data`` as hex."""
+    return hashlib.sha256(data).hexdigest()

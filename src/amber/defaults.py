@@ -1,0 +1,45 @@
+"""Named defaults, one line of meaning each. ``amber.config.Settings`` reads overrides."""
+
+from __future__ import annotations
+
+HOUR = 3600
+DAY = 24 * HOUR
+
+DATA_DIR = ".amber"
+"""Where embedded servers, WAL segments and checkpoint files live."""
+
+PREFIX = "amber"
+"""First part of every Redis key; isolates deployments and test runs sharing one Redis."""
+
+ACTIVE_TTL = 24 * HOUR
+"""Lifetime of an active agent's working memory keys (DD-016)."""
+
+PAUSED_TTL = 14 * DAY
+"""Lifetime of working memory, snapshots and backups while an analysis is paused."""
+
+CHECKPOINT_BACKUP_TTL = 7 * DAY
+"""Lifetime of the Redis backup of a checkpoint (DD-011)."""
+
+SNAPSHOT_TTL = 14 * DAY
+"""Lifetime of the latest L1 snapshot in the Redis secondary (DD-016)."""
+
+FAILED_RETENTION = 30 * DAY
+"""How long checkpoints of a failed analysis are kept (DD-011)."""
+
+DURABILITY = "hybrid"
+"""Default durability mode: checkpoint → Redis secondary; pause → Redis + PostgreSQL."""
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for Redis or PostgreSQL to answer before StoreUnavailable."""
+
+PG_POOL_MAX = 8
+"""Most PostgreSQL connections one stack opens."""
+
+MAX_RETRIES = 3
+"""Times the coordinator retries a failing subtask before a failure checkpoint."""
+
+ID_MAX_LEN = 128
+"""Longest agent id, agent type or other identifier."""
+
+KEY_MAX_LEN = 512
+"""Longest L1 key name."""

@@ -1,0 +1,154 @@
+"""``amber.connect()``: one Redis client, one PostgreSQL pool, and the components on them."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import redis
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from amber.config import Settings, load_settings
+from amber.engines.embedded import ensure_embedded
+from amber.errors import StoreUnavailable
+from amber.keys import Keys
+from amber.schema.migrations import migrate, schema_version
+
+log = logging.getLogger("amber")
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def open_redis(url: str, timeout: float) -> redis.Redis:
+    """A redis-py client for ``url`` that has answered PING, else ``StoreUnavailable``."""
+    try:
+        client = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=max(timeout, 10.0),
+            health_check_interval=30,
+        )
+        client.ping()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        raise StoreUnavailable(
+            f"Redis did not answer within {timeout:g}s: {exc}", url=redact(url)
+        ) from None
+    return client
+
+
+def open_pg(url: str, timeout: float, max_size: int) -> ConnectionPool:
+    """A psycopg pool for ``url`` with one connection made, else ``StoreUnavailable``."""
+    try:
+        psycopg.connect(url, connect_timeout=max(1, round(timeout))).close()
+    except (psycopg.Error, ValueError) as exc:
+        raise StoreUnavailable(
+            f"PostgreSQL did not answer within {timeout:g}s: {exc}".strip(), url=redact(url)
+        ) from None
+    pool = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=max_size,
+        kwargs={"autocommit": True, "connect_timeout": max(1, round(timeout))},
+        timeout=timeout,
+        open=False,
+        name="amber",
+    )
+    try:
+        pool.open(wait=True, timeout=timeout)
+    except PoolTimeout:
+        pool.close()
+        raise StoreUnavailable("PostgreSQL pool could not connect", url=redact(url)) from None
+    return pool
+
+
+class Stack:
+    """Both engines and amber's components on them. Use as a context manager."""
+
+    def __init__(self, settings: Settings, redis_url: str, database_url: str) -> None:
+        self._closed = False
+        self.settings = settings
+        self.keys = Keys(settings.prefix)
+        self.redis_url = redis_url
+        self.database_url = database_url
+        self.redis: redis.Redis = open_redis(redis_url, settings.connect_timeout)
+        try:
+            self.pg: ConnectionPool = open_pg(
+                database_url, settings.connect_timeout, settings.pg_pool_max
+            )
+            migrate(self.pg)
+        except BaseException:
+            self.redis.close()
+            if "pg" in self.__dict__:
+                self.pg.close()
+            raise
+
+    @property
+    def data_dir(self) -> Path:
+        """Where local files (embedded servers, WAL) live."""
+        return self.settings.data_dir
+
+    def schema_version(self) -> int:
+        """The database's applied migration version."""
+        return schema_version(self.pg)
+
+    def server_versions(self) -> dict[str, str]:
+        """Version strings reported by the two servers."""
+        info: dict[str, Any] = self.redis.info("server")
+        with self.pg.connection() as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+        return {"redis": str(info.get("redis_version")), "postgresql": str(row[0] if row else "")}
+
+    def close(self) -> None:
+        """Close the Redis client and the PostgreSQL pool (servers keep running)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.redis.close()
+        self.pg.close()
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def connect(
+    redis_url: str | None = None,
+    database_url: str | None = None,
+    data_dir: str | Path | None = None,
+    prefix: str | None = None,
+    **settings: Any,
+) -> Stack:
+    """Open amber on the given URLs, or on embedded servers for those not given.
+
+    Arguments left as None come from ``AMBER_*`` environment variables, then from
+    ``amber.defaults``. Raises ``StoreUnavailable`` if an engine does not answer
+    within ``connect_timeout`` seconds.
+    """
+    cfg = load_settings(
+        redis_url=redis_url, database_url=database_url, data_dir=data_dir, prefix=prefix,
+        **settings,
+    )  # fmt: skip
+    missing_redis = not cfg.redis_url
+    missing_pg = not cfg.database_url
+    urls: dict[str, str] = {}
+    if missing_redis or missing_pg:
+        urls = ensure_embedded(cfg.data_dir, redis=missing_redis, postgres=missing_pg)
+    return Stack(cfg, cfg.redis_url or urls["redis"], cfg.database_url or urls["postgres"])

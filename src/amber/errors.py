@@ -1,0 +1,95 @@
+"""amber's exceptions: one base, a few subclasses that carry the ids involved.
+
+Every error amber raises on purpose is an ``AmberError``. Each takes a message
+and keyword context (``agent_id=...``, ``analysis_id=...``, ``checkpoint_id=...``),
+which is kept on ``.context`` and as attributes, shown in ``str()``, and survives
+pickling across processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _rebuild(cls: type[AmberError], message: str, context: dict[str, Any]) -> AmberError:
+    return cls(message, **context)
+
+
+class AmberError(Exception):
+    """Base of every error amber raises on purpose."""
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
+        for name, value in context.items():
+            setattr(self, name, value)
+
+    def __str__(self) -> str:
+        if not self.context:
+            return self.message
+        ids = ", ".join(f"{k}={v!r}" for k, v in self.context.items())
+        return f"{self.message} ({ids})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.context))
+
+
+class ConfigError(AmberError):
+    """A setting is missing or malformed; the message names it."""
+
+
+class InvalidIdentifier(AmberError, ValueError):
+    """An id or key name would be unsafe in a Redis key or SQL row; names the value."""
+
+
+class StoreUnavailable(AmberError):
+    """Redis or PostgreSQL did not answer within the timeout, or refused us."""
+
+
+class MigrationError(AmberError):
+    """The database schema could not be brought to the version this amber needs."""
+
+
+class NotFound(AmberError, LookupError):
+    """Something asked for by id does not exist (or has expired)."""
+
+
+class CheckpointNotFound(NotFound):
+    """No checkpoint exists for this analysis and agent type."""
+
+
+class CheckpointCorrupt(AmberError):
+    """A stored checkpoint failed to decode or its checksum did not match."""
+
+
+class VersionTooNew(AmberError):
+    """A record was written by a newer agent version than this code knows how to read."""
+
+
+class ConsistencyError(AmberError):
+    """Restored working memory does not match its snapshot (hash or key count)."""
+
+
+class UnsupportedType(AmberError, TypeError):
+    """A Redis key holds a type amber cannot snapshot (e.g. a stream); names the key."""
+
+
+class QuotaExceeded(AmberError):
+    """An external API's call quota or rate limit is exhausted; the agent must stop."""
+
+
+class AnalysisNotFound(NotFound):
+    """No analysis with this id exists."""
+
+
+class AnalysisStateError(AmberError):
+    """The analysis is in a state that does not allow this operation."""
+
+
+class WalError(AmberError):
+    """The write-ahead log or a checkpoint file could not be written or read."""
+
+
+class WalCorruption(WalError):
+    """A WAL segment or checkpoint file failed its checksum; names file and offset."""

@@ -1,0 +1,115 @@
+"""Identifier validation and every Redis key amber writes, built in one place.
+
+All keys of one agent carry the Redis Cluster hash tag ``{agent_id}``, so they
+share a slot and one MULTI/EXEC or Lua script can read or write them together.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from amber import defaults
+from amber.errors import InvalidIdentifier
+
+_GLOB_OR_BRACE = frozenset("*?[]{}\\")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check(value: object, kind: str, max_len: int, allow_colon: bool) -> str:
+    if not isinstance(value, str):
+        raise InvalidIdentifier(f"{kind} must be a string, got {type(value).__name__}", value=value)
+    if not value:
+        raise InvalidIdentifier(f"{kind} is empty", value=value)
+    if len(value) > max_len:
+        raise InvalidIdentifier(f"{kind} is longer than {max_len} characters", value=value)
+    if _CONTROL.search(value):
+        raise InvalidIdentifier(f"{kind} contains a control character", value=value)
+    bad = sorted(set(value) & _GLOB_OR_BRACE)
+    if bad:
+        raise InvalidIdentifier(
+            f"{kind} contains {''.join(bad)!r}: glob characters, braces and backslashes "
+            "are not allowed",
+            value=value,
+        )
+    if not allow_colon and ":" in value:
+        raise InvalidIdentifier(f"{kind} contains ':', which separates key parts", value=value)
+    if value != value.strip():
+        raise InvalidIdentifier(f"{kind} has leading or trailing whitespace", value=value)
+    return value
+
+
+def check_id(value: object, kind: str = "identifier") -> str:
+    """Return ``value`` if it is a safe id (agent_id, agent_type, ...), else raise."""
+    return _check(value, kind, defaults.ID_MAX_LEN, allow_colon=False)
+
+
+def check_key(value: object) -> str:
+    """Return ``value`` if it is a safe L1 key name (colons allowed), else raise."""
+    return _check(value, "key name", defaults.KEY_MAX_LEN, allow_colon=True)
+
+
+def check_uuid(value: object, kind: str = "analysis_id") -> str:
+    """Return the canonical text of a UUID given as UUID or string, else raise."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    try:
+        return str(uuid.UUID(str(value)))
+    except (ValueError, TypeError, AttributeError):
+        raise InvalidIdentifier(f"{kind} is not a UUID", value=value) from None
+
+
+def check_prefix(value: object) -> str:
+    """Return ``value`` if it is usable as the key prefix, else raise."""
+    return check_id(value, "prefix")
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Builds every Redis key for one prefix. Arguments are validated here."""
+
+    prefix: str
+
+    def __post_init__(self) -> None:
+        check_prefix(self.prefix)
+
+    # -- L1 working memory (DD-016) ------------------------------------------------
+    def l1_base(self, agent_id: str) -> str:
+        """Common start of an agent's working-memory keys."""
+        return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:working:"
+
+    def l1(self, agent_id: str, key: str) -> str:
+        """One working-memory key: ``<prefix>:L1:{agent}:working:<key>``."""
+        return self.l1_base(agent_id) + check_key(key)
+
+    def l1_index(self, agent_id: str) -> str:
+        """Hash of the agent's L1 key names to their types."""
+        return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:index"
+
+    def l1_seq(self, agent_id: str) -> str:
+        """Counter bumped by every L1 mutation of the agent."""
+        return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:seq"
+
+    def l1_snapshot(self, agent_id: str) -> str:
+        """Latest snapshot of the agent's L1 (Redis secondary)."""
+        return f"{self.prefix}:l1_snapshot:{{{check_id(agent_id, 'agent_id')}}}"
+
+    def l1_snapshot_meta(self, agent_id: str) -> str:
+        """Meta of the latest snapshot: timestamp, hash, checkpoint id, key count, sequence."""
+        return f"{self.prefix}:l1_snapshot_meta:{{{check_id(agent_id, 'agent_id')}}}"
+
+    # -- checkpoints (DD-011) -------------------------------------------------------
+    def checkpoint(self, analysis_id: object, agent_type: str) -> str:
+        """Redis backup of an agent's latest checkpoint."""
+        aid = check_uuid(analysis_id)
+        return f"{self.prefix}:checkpoint:{{{aid}}}:{check_id(agent_type, 'agent_type')}"
+
+    # -- coordination -----------------------------------------------------------------
+    def lock(self, name: str) -> str:
+        """A short-lived lock key."""
+        return f"{self.prefix}:lock:{check_id(name, 'lock name')}"
+
+    def all_keys_pattern(self) -> str:
+        """SCAN pattern matching every key under this prefix (repair and cleanup only)."""
+        return f"{self.prefix}:*"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import cast
 
 from amber import codec
 from amber.cli.app import OPTIONS, app, console, friendly
@@ -17,7 +18,7 @@ def demo() -> None:
     with OPTIONS.stack() as stack:
         started = time.perf_counter() - t0
         agent = f"demo-{uuid.uuid4().hex[:8]}"
-        k = stack.keys
+        k, r = stack.keys, stack.redis
         pipe = stack.redis.pipeline(transaction=True)
         pipe.set(k.l1(agent, "current_subtask"), b"ma_review")
         pipe.rpush(k.l1(agent, "aapl_historical_roi"), b"0.15", b"0.18", b"0.12")
@@ -25,15 +26,19 @@ def demo() -> None:
         pipe.execute()
         names = ["current_subtask", "aapl_historical_roi", "api_cache:koyfin"]
         memory = {
-            "current_subtask": codec.Entry("string", stack.redis.get(k.l1(agent, names[0]))),
+            "current_subtask": codec.Entry("string", cast(bytes, r.get(k.l1(agent, names[0])))),
             "aapl_historical_roi": codec.Entry(
-                "list", stack.redis.lrange(k.l1(agent, names[1]), 0, -1)
+                "list", cast(list[bytes], r.lrange(k.l1(agent, names[1]), 0, -1))
             ),
-            "api_cache:koyfin": codec.Entry("hash", stack.redis.hgetall(k.l1(agent, names[2]))),
+            "api_cache:koyfin": codec.Entry(
+                "hash", cast(dict[bytes, bytes], r.hgetall(k.l1(agent, names[2])))
+            ),
         }
         digest = codec.memory_hash(memory)
         stack.redis.delete(*(k.l1(agent, n) for n in names))
         versions = stack.server_versions()
-        console.print(f"engines up in {started * 1000:.0f} ms: redis {versions['redis']}, "
-                      f"postgresql {versions['postgresql']}")
+        console.print(
+            f"engines up in {started * 1000:.0f} ms: redis {versions['redis']}, "
+            f"postgresql {versions['postgresql']}"
+        )
         console.print(f"wrote {len(memory)} keys for {agent}; snapshot sha256 {digest[:16]}…")

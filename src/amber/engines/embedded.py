@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -173,7 +174,9 @@ class EmbeddedRedis:
         deadline = time.monotonic() + START_TIMEOUT
         while not self._ping():
             if time.monotonic() > deadline:
-                raise StoreUnavailable("embedded redis-server did not come up", log=str(self.logfile))
+                raise StoreUnavailable(
+                    "embedded redis-server did not come up", log=str(self.logfile)
+                )
             time.sleep(0.005)
         return self.url
 
@@ -254,8 +257,10 @@ class EmbeddedPostgres:
 
     def _run(self, tool: str, *args: str, user: str | None) -> None:
         cmd = [str(_pg_bin() / tool), "-D", str(self.pgdata), *args]
+        # as another user, drop root's groups too: group root would shadow the o+x bits
+        as_user: dict[str, Any] = {"user": user, "group": user, "extra_groups": []} if user else {}
         try:
-            subprocess.run(cmd, check=True, capture_output=True, user=user, timeout=START_TIMEOUT)
+            subprocess.run(cmd, check=True, capture_output=True, timeout=START_TIMEOUT, **as_user)
         except subprocess.CalledProcessError as exc:
             detail = (exc.stderr or b"").decode(errors="replace").strip()
             raise StoreUnavailable(

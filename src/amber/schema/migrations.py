@@ -8,6 +8,8 @@ Never edit or reorder a published migration: append a new one.
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
@@ -68,7 +70,7 @@ MIGRATIONS: list[str] = [
 ]
 
 
-def _table_exists(conn: psycopg.Connection[object], table: str) -> bool:
+def _table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
     row = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
     return row is not None and row[0] is not None
 
@@ -84,10 +86,8 @@ def schema_version(pool: ConnectionPool, table: str = MIGRATIONS_TABLE) -> int:
         return int(row[0]) if row else 0
 
 
-def _current(conn: psycopg.Connection[object], ident: sql.Identifier, known: int) -> int:
-    row = conn.execute(
-        sql.SQL("SELECT COALESCE(MAX(version), 0) FROM {}").format(ident)
-    ).fetchone()
+def _current(conn: psycopg.Connection[Any], ident: sql.Identifier, known: int) -> int:
+    row = conn.execute(sql.SQL("SELECT COALESCE(MAX(version), 0) FROM {}").format(ident)).fetchone()
     current = int(row[0]) if row else 0
     if current > known:
         raise MigrationError(

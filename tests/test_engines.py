@@ -1,0 +1,139 @@
+"""Engines: connecting, clear errors, embedded servers shared between processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import amber
+from amber import StoreUnavailable
+from amber.cli import app
+from amber.engines.embedded import _alive, embedded_state, stop_embedded
+from amber.engines.stack import redact
+
+from .conftest import Engines
+
+STATE_SCRIPT = """
+import json, sys
+from pathlib import Path
+from amber.engines.embedded import ensure_embedded, embedded_state
+ensure_embedded(Path(sys.argv[1]))
+print(json.dumps({s.name: s.pid for s in embedded_state(Path(sys.argv[1]))}), flush=True)
+"""
+
+
+def test_connect_uses_given_urls(stack: amber.Stack, engines: Engines) -> None:
+    assert stack.redis.ping()
+    assert stack.redis_url == engines.redis_url
+    assert stack.schema_version() >= 1
+    versions = stack.server_versions()
+    assert versions["redis"] and versions["postgresql"]
+
+
+def test_unreachable_redis_is_a_clear_error_not_a_hang(engines: Engines) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="Redis did not answer") as info:
+        amber.connect("redis://:secret@127.0.0.1:1/0", engines.database_url, connect_timeout=1)
+    assert time.monotonic() - t0 < 30
+    assert "secret" not in str(info.value)
+
+
+def test_unreachable_postgres_is_a_clear_error(engines: Engines) -> None:
+    with pytest.raises(StoreUnavailable, match="PostgreSQL did not answer") as info:
+        amber.connect(engines.redis_url, "postgresql://u:hunter2@127.0.0.1:1/x", connect_timeout=1)
+    assert "hunter2" not in str(info.value)
+
+
+def test_malformed_url_is_a_clear_error(engines: Engines) -> None:
+    with pytest.raises(StoreUnavailable):
+        amber.connect("ftp://nowhere", engines.database_url, connect_timeout=1)
+
+
+def test_redact() -> None:
+    assert redact("redis://:pw@h:1/0") == "redis://:***@h:1/0"
+    assert redact("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+    assert redact("unix:///tmp/r.sock") == "unix:///tmp/r.sock"
+
+
+def test_zombie_counts_as_dead() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    while True:  # exited but not reaped: a zombie
+        try:
+            with open(f"/proc/{child.pid}/stat") as fh:
+                if fh.read().split()[2] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.01)
+    assert not _alive(child.pid)
+    child.wait()
+    assert not _alive(None)
+
+
+@pytest.fixture
+def fresh_dir(tmp_path: Path) -> Path:
+    data = tmp_path / "d"
+    yield data
+    stop_embedded(data)
+
+
+def test_two_processes_starting_at_once_share_one_of_each(fresh_dir: Path) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", STATE_SCRIPT, str(fresh_dir)],
+                         stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0] == outs[1] and outs[0]["redis"] and outs[0]["postgresql"]
+
+
+def test_killed_holder_leaves_servers_that_are_found_and_stopped(fresh_dir: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", STATE_SCRIPT + "\nimport time; time.sleep(60)", str(fresh_dir)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    pids = json.loads(holder.stdout.readline())
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    states = {s.name: s for s in embedded_state(fresh_dir)}
+    assert states["redis"].pid == pids["redis"] and states["postgresql"].running
+    with amber.connect(data_dir=fresh_dir, redis_url="", database_url="") as s:
+        assert s.redis.ping()
+    assert embedded_state(fresh_dir)[0].pid == pids["redis"]  # reused, not restarted
+    assert sorted(stop_embedded(fresh_dir)) == ["postgresql", "redis"]
+    assert not any(s.running for s in embedded_state(fresh_dir))
+    assert not _alive(pids["redis"]) and not _alive(pids["postgresql"])
+
+
+def test_cli_status_and_down(fresh_dir: Path) -> None:
+    runner = CliRunner()
+    env = {"AMBER_REDIS_URL": "", "AMBER_DATABASE_URL": "", "AMBER_DATA_DIR": str(fresh_dir)}
+    result = runner.invoke(app, ["status"], env=env)
+    assert result.exit_code == 0 and "stopped" in result.output
+    result = runner.invoke(app, ["demo"], env=env)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["status"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "running" in result.output and "schema version" in result.output
+    result = runner.invoke(app, ["down"], env=env)
+    assert "stopped" in result.output and "redis" in result.output
+    result = runner.invoke(app, ["status"], env=env)
+    assert "running" not in result.output
+
+
+def test_cli_reports_unreachable_engine_cleanly(engines: Engines) -> None:
+    result = CliRunner().invoke(
+        app, ["--redis-url", "redis://127.0.0.1:1/0", "status"], env={"AMBER_CONNECT_TIMEOUT": "1"}
+    )
+    assert result.exit_code == 1
+    assert "error:" in result.output and "Traceback" not in result.output

@@ -108,3 +108,7 @@ def test_non_utf8_bytes_use_a_marker() -> None:
 def test_corrupt_documents_raise_codec_error(doc: bytes) -> None:
     with pytest.raises(CodecError):
         codec.decode_memory(doc)
+
+
+def test_nul_is_base64_because_jsonb_cannot_hold_it() -> None:
+    assert codec.encode_bytes(b"a\x00b") == {"b64": "YQBi"}

@@ -19,6 +19,7 @@ from amber.errors import (
     ConfigError,
     ConsistencyError,
     InvalidIdentifier,
+    InvalidValue,
     MigrationError,
     NotFound,
     QuotaExceeded,
@@ -27,6 +28,7 @@ from amber.errors import (
     VersionTooNew,
     WalCorruption,
     WalError,
+    WrongType,
 )
 
 __version__ = "0.1.0"
@@ -41,6 +43,7 @@ __all__ = [
     "ConsistencyError",
     "Durability",
     "InvalidIdentifier",
+    "InvalidValue",
     "MigrationError",
     "NotFound",
     "QuotaExceeded",
@@ -51,6 +54,7 @@ __all__ = [
     "VersionTooNew",
     "WalCorruption",
     "WalError",
+    "WrongType",
     "__version__",
     "connect",
 ]

@@ -3,7 +3,7 @@
 Pure functions, no I/O. The canonical form is what snapshots store and what
 hashes cover:
 
-* bytes that are valid UTF-8 become JSON strings; any other bytes become
+* bytes that are valid UTF-8 without NUL become JSON strings; any other bytes become
   ``{"b64": "..."}``, so every value round-trips byte for byte;
 * hashes become ``[field, value]`` pairs sorted by field bytes, sets become
   members sorted by bytes, zsets become ``[member, score]`` pairs in Redis order
@@ -62,11 +62,16 @@ Memory = Mapping[str, Entry]
 
 # -- bytes ------------------------------------------------------------------------------
 def encode_bytes(raw: bytes) -> str | dict[str, str]:
-    """Text when ``raw`` is UTF-8, else ``{"b64": ...}``."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"b64": base64.b64encode(raw).decode("ascii")}
+    """Text when ``raw`` is UTF-8 without NUL, else ``{"b64": ...}``.
+
+    NUL is valid UTF-8, but PostgreSQL's JSONB cannot hold ``\u0000``.
+    """
+    if b"\x00" not in raw:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(raw).decode("ascii")}
 
 
 def decode_bytes(doc: object, where: str = "value") -> bytes:

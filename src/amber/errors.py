@@ -75,6 +75,14 @@ class UnsupportedType(AmberError, TypeError):
     """A Redis key holds a type amber cannot snapshot (e.g. a stream); names the key."""
 
 
+class WrongType(AmberError, TypeError):
+    """A working-memory command met a key of another type; names the key."""
+
+
+class InvalidValue(AmberError, ValueError):
+    """A value cannot be stored (wrong Python type, empty argument list); names the key."""
+
+
 class QuotaExceeded(AmberError):
     """An external API's call quota or rate limit is exhausted; the agent must stop."""
 

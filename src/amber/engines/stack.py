@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import logging
+from functools import cached_property
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
 import psycopg
 import redis
+from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from amber.config import Settings, load_settings
 from amber.engines.embedded import ensure_embedded
 from amber.errors import StoreUnavailable
 from amber.keys import Keys
+from amber.memory import (
+    AgentMemory,
+    ConsistencyVerifier,
+    DualRecoveryStrategy,
+    L1CacheRestorer,
+    L1CacheSnapshotter,
+    L1TTLManager,
+)
+from amber.memory.working import Journal
 from amber.schema.migrations import migrate, schema_version
 
 log = logging.getLogger("amber")
@@ -47,6 +59,11 @@ def open_redis(url: str, timeout: float) -> redis.Redis:
     return client
 
 
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    set_json_loads(orjson.loads, conn)
+    set_json_dumps(orjson.dumps, conn)
+
+
 def open_pg(url: str, timeout: float, max_size: int) -> ConnectionPool:
     """A psycopg pool for ``url`` with one connection made, else ``StoreUnavailable``."""
     try:
@@ -57,6 +74,7 @@ def open_pg(url: str, timeout: float, max_size: int) -> ConnectionPool:
         ) from None
     pool = ConnectionPool(
         url,
+        configure=_configure,
         min_size=1,
         max_size=max_size,
         kwargs={"autocommit": True, "connect_timeout": max(1, round(timeout))},
@@ -92,6 +110,42 @@ class Stack:
             if "pg" in self.__dict__:
                 self.pg.close()
             raise
+
+    # -- L1 working memory (DD-016) --------------------------------------------------
+    def memory(self, agent_id: str) -> AgentMemory:
+        """The working memory of one agent."""
+        return AgentMemory(self.redis, self.keys, agent_id, self.settings.active_ttl,
+                           journal=self._journal(agent_id))  # fmt: skip
+
+    def _journal(self, agent_id: str) -> Journal | None:
+        return None
+
+    @cached_property
+    def snapshotter(self) -> L1CacheSnapshotter:
+        """Snapshots L1 to the Redis secondary (and PostgreSQL on request)."""
+        return L1CacheSnapshotter(self.redis, self.pg, self.keys, self.settings.snapshot_ttl)
+
+    @cached_property
+    def verifier(self) -> ConsistencyVerifier:
+        """Hash and key-count checks around restores."""
+        return ConsistencyVerifier(self.redis, self.keys)
+
+    @cached_property
+    def restorer(self) -> L1CacheRestorer:
+        """Restores L1 from the secondary or PostgreSQL."""
+        return L1CacheRestorer(self.redis, self.pg, self.keys, self.verifier,
+                               self.settings.active_ttl)  # fmt: skip
+
+    @cached_property
+    def ttl_manager(self) -> L1TTLManager:
+        """Active and paused TTLs."""
+        s = self.settings
+        return L1TTLManager(self.redis, self.keys, s.active_ttl, s.paused_ttl, s.snapshot_ttl)
+
+    @cached_property
+    def recovery(self) -> DualRecoveryStrategy:
+        """L1 → Redis secondary → PostgreSQL."""
+        return DualRecoveryStrategy(self.snapshotter, self.restorer, self.ttl_manager)
 
     @property
     def data_dir(self) -> Path:

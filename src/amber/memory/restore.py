@@ -1,0 +1,191 @@
+"""Restoring an agent's L1 from a snapshot, atomically, and verifying the result."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+from psycopg_pool import ConnectionPool
+
+from amber import codec
+from amber.codec import CodecError, Entry
+from amber.errors import ConsistencyError
+from amber.keys import Keys, check_id, check_uuid
+from amber.memory.snapshot import Snapshot, SnapshotMeta, elapsed_ms, read_memory
+from amber.memory.working import redis_errors
+
+log = logging.getLogger("amber.memory")
+
+_WRITERS: dict[str, Callable[[Any, str, Any], None]] = {
+    "string": lambda p, k, v: p.set(k, v),
+    "list": lambda p, k, v: p.rpush(k, *v),
+    "hash": lambda p, k, v: p.hset(k, mapping=v),
+    "set": lambda p, k, v: p.sadd(k, *v),
+    "zset": lambda p, k, v: p.zadd(k, {m: s for m, s in v}),
+}
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A snapshot as read from one tier, before it is trusted."""
+
+    source: str
+    memory: dict[str, Entry]
+    hash: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What a restore did: which tier served, how many keys, how long it took."""
+
+    source: str
+    keys: int
+    seq: int
+    hash: str
+    ms: float
+    verified: bool = True
+
+
+class ConsistencyVerifier:
+    """Hash and key-count checks around a restore (DD-016 D3)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+
+    def check_snapshot(self, agent_id: str, loaded: Loaded) -> None:
+        """Before writing: the snapshot must hash to what its meta says."""
+        actual = codec.memory_hash(loaded.memory)
+        if actual != loaded.hash:
+            raise ConsistencyError(
+                f"snapshot from {loaded.source} does not match its hash (corrupted)",
+                agent_id=agent_id, expected_hash=loaded.hash, actual_hash=actual,
+            )  # fmt: skip
+
+    def verify(self, agent_id: str, expected_hash: str, expected_keys: int) -> Snapshot:
+        """After writing: L1 must now hold exactly the snapshot. Returns what was read."""
+        snap = read_memory(self.redis, self.keys, agent_id)
+        if snap.missing or len(snap.memory) != expected_keys or snap.hash != expected_hash:
+            raise ConsistencyError(
+                "restored L1 does not match its snapshot",
+                agent_id=agent_id, expected_hash=expected_hash, actual_hash=snap.hash,
+                expected_keys=expected_keys, actual_keys=len(snap.memory),
+            )  # fmt: skip
+        return snap
+
+
+def apply_memory(client: redis.Redis, keys: Keys, agent_id: str, memory: dict[str, Entry],
+                 seq: int, ttl_ms: int) -> None:  # fmt: skip
+    """Replace the agent's whole L1 with ``memory`` in one MULTI/EXEC.
+
+    Stale keys are those the index lists; with no index, a SCAN of the agent's key
+    space finds them (a repair path: only when the index itself is gone).
+    """
+    index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
+    for name, entry in memory.items():
+        if entry.type != "string" and not entry.value:
+            raise CodecError(f"key {name!r}: an empty {entry.type} cannot exist in Redis")
+    with redis_errors(agent_id):
+        stale = [k.decode() for k in cast(list[bytes], client.hkeys(index_key))]
+        full_stale = [keys.l1(agent_id, n) for n in stale]
+        if not stale:
+            base = keys.l1_base(agent_id)
+            full_stale = [k.decode() for k in client.scan_iter(match=base + "*", count=1000)]
+        with client.pipeline(transaction=True) as pipe:
+            if full_stale:
+                pipe.delete(*full_stale)
+            pipe.delete(index_key)
+            for name, entry in memory.items():
+                full = keys.l1(agent_id, name)
+                pipe.delete(full)
+                _WRITERS[entry.type](pipe, full, entry.value)
+                pipe.pexpire(full, ttl_ms)
+            if memory:
+                pipe.hset(index_key, mapping={n: e.type for n, e in memory.items()})
+                pipe.pexpire(index_key, ttl_ms)
+            pipe.set(seq_key, seq, px=ttl_ms)
+            pipe.execute()
+
+
+class L1CacheRestorer:
+    """Restores an agent's L1: Redis secondary first, then the PostgreSQL checkpoint."""
+
+    def __init__(self, client: redis.Redis, pool: ConnectionPool, keys: Keys,
+                 verifier: ConsistencyVerifier, active_ttl: int) -> None:  # fmt: skip
+        self.redis = client
+        self.pg = pool
+        self.keys = keys
+        self.verifier = verifier
+        self.ttl_ms = active_ttl * 1000
+
+    def load_secondary(self, agent_id: str) -> Loaded | None:
+        """The snapshot in the Redis secondary, decoded but not yet verified."""
+        with redis_errors(agent_id):
+            blob, meta_raw = self.redis.mget(
+                [self.keys.l1_snapshot(agent_id), self.keys.l1_snapshot_meta(agent_id)]
+            )
+        if blob is None or meta_raw is None:
+            return None
+        meta = SnapshotMeta.from_json(cast(bytes, meta_raw))
+        return Loaded("redis_secondary", codec.decode_memory(blob), meta.hash, meta.seq)
+
+    def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
+        """The newest snapshot stored with a checkpoint in PostgreSQL."""
+        with self.pg.connection() as conn:
+            row = conn.execute(
+                "SELECT l1_snapshot, l1_snapshot_hash, l1_snapshot_seq FROM agent_checkpoints"
+                " WHERE analysis_id = %s AND agent_type = %s AND l1_snapshot IS NOT NULL"
+                " ORDER BY id DESC LIMIT 1",
+                (check_uuid(analysis_id), check_id(agent_type, "agent_type")),
+            ).fetchone()
+        if row is None:
+            return None
+        memory = codec.memory_from_document(row[0])
+        return Loaded("postgresql_checkpoint", memory, str(row[1]), int(row[2] or 0))
+
+    def restore_loaded(self, agent_id: str, loaded: Loaded) -> RestoreReport:
+        """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch."""
+        t0 = time.perf_counter()
+        self.verifier.check_snapshot(agent_id, loaded)
+        apply_memory(self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms)
+        self.verifier.verify(agent_id, loaded.hash, len(loaded.memory))
+        return RestoreReport(loaded.source, len(loaded.memory), loaded.seq, loaded.hash,
+                             elapsed_ms(t0))  # fmt: skip
+
+    def restore_from_snapshot(
+        self, agent_id: str, analysis_id: object, agent_type: str
+    ) -> RestoreReport | None:
+        """Restore the newest snapshot that verifies; None if there is no snapshot at all.
+
+        A tier whose snapshot is corrupt or does not verify is reported (logged) and
+        skipped; if every tier fails, raises ``ConsistencyError`` listing them.
+        """
+        check_id(agent_id, "agent_id")
+        loaders: list[tuple[str, Callable[[], Loaded | None]]] = [
+            ("redis_secondary", lambda: self.load_secondary(agent_id)),
+            ("postgresql_checkpoint", lambda: self.load_postgres(analysis_id, agent_type)),
+        ]
+        failures: list[str] = []
+        for source, load in loaders:
+            t0 = time.perf_counter()
+            try:
+                loaded = load()
+                if loaded is None:
+                    continue
+                report = self.restore_loaded(agent_id, loaded)
+                return RestoreReport(report.source, report.keys, report.seq, report.hash,
+                                     elapsed_ms(t0))  # fmt: skip
+            except (ConsistencyError, CodecError) as exc:
+                log.warning("L1 restore of %s from %s failed: %s", agent_id, source, exc)
+                failures.append(f"{source}: {exc}")
+        if failures:
+            raise ConsistencyError(
+                "no snapshot could be restored and verified: " + "; ".join(failures),
+                agent_id=agent_id, analysis_id=str(analysis_id),
+            )  # fmt: skip
+        return None

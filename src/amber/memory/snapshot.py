@@ -1,0 +1,201 @@
+"""Point-in-time snapshots of an agent's L1, and the Redis secondary that keeps the latest.
+
+A snapshot is read by one Lua script over keys of one slot, so it is always a
+memory that existed at one instant, on a single server and on a cluster alike.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import orjson
+import redis
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from amber import codec
+from amber.codec import Entry, RedisType
+from amber.errors import CheckpointNotFound, ConsistencyError, UnsupportedType
+from amber.keys import Keys, check_id, check_uuid
+from amber.memory import scripts
+from amber.memory.working import redis_errors, supported
+
+WATCH_RETRIES = 50
+"""Times a snapshot read starts over because keys were added or removed meanwhile."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One agent's L1 as it was at one instant."""
+
+    agent_id: str
+    memory: dict[str, Entry]
+    seq: int
+    missing: tuple[str, ...]
+    """Keys the index lists but that had expired; dropped from the index by the read."""
+
+    @property
+    def hash(self) -> str:
+        """SHA-256 over keys, types and values (not TTLs)."""
+        return codec.memory_hash(self.memory)
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the agent had an index or sequence at all (False: no L1 exists)."""
+        return self.seq > 0 or bool(self.memory) or bool(self.missing)
+
+
+@dataclass(frozen=True)
+class SnapshotMeta:
+    """What the Redis secondary keeps beside a snapshot (DD-016's meta)."""
+
+    agent_id: str
+    timestamp: str
+    hash: str
+    checkpoint_id: str | None
+    key_count: int
+    seq: int
+
+    def to_json(self) -> bytes:
+        """The meta as JSON bytes."""
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> SnapshotMeta:
+        """Parse meta written by :meth:`to_json`; raises ``ConsistencyError`` if malformed."""
+        try:
+            doc = orjson.loads(raw)
+            return cls(**doc)
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise ConsistencyError(f"snapshot meta is corrupt: {exc}") from None
+
+
+def _decode_reply(rtype: RedisType, reply: Any) -> codec.Value:
+    if rtype == "string":
+        return cast(bytes, reply)
+    if rtype == "list":
+        return list(reply)
+    if rtype == "set":
+        return set(reply)
+    it = iter(reply)
+    if rtype == "hash":
+        return dict(zip(it, it, strict=True))
+    return [(m, float(s)) for m, s in zip(it, it, strict=True)]
+
+
+def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
+    """Read every key of an agent's L1 at one instant. Drops expired keys from the index.
+
+    One Lua script reads all keys the index lists (declared in ``KEYS[]``, one slot);
+    it starts over only if the set of keys changed in between, never for new values.
+    Raises ``UnsupportedType`` naming a key that another client turned into a type
+    amber cannot snapshot.
+    """
+    agent_id = check_id(agent_id, "agent_id")
+    index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
+    script = client.register_script(scripts.READ)
+    with redis_errors(agent_id):
+        for _ in range(WATCH_RETRIES):
+            index = {
+                k.decode(): v.decode()
+                for k, v in cast(dict[bytes, bytes], client.hgetall(index_key)).items()
+            }
+            names = sorted(index)
+            fulls = [keys.l1(agent_id, n) for n in names]
+            replies = cast(list[Any], script(keys=[index_key, seq_key, *fulls], args=names))
+            if replies != [b"retry"]:
+                break
+        else:
+            raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
+        seq = int(replies[0]) if replies[0] is not None else 0
+        memory: dict[str, Entry] = {}
+        missing: list[str] = []
+        retyped: dict[str, str] = {}
+        for i, name in enumerate(names):
+            actual = cast(bytes, replies[1 + 2 * i]).decode()
+            if actual == "none":
+                missing.append(name)
+                continue
+            if not supported(actual):
+                raise UnsupportedType(
+                    f"key {name!r} holds a {actual}, which amber cannot snapshot",
+                    agent_id=agent_id, key=name,
+                )  # fmt: skip
+            rtype = cast(RedisType, actual)
+            memory[name] = Entry(rtype, _decode_reply(rtype, replies[2 + 2 * i]))
+            if actual != index[name]:
+                retyped[name] = actual
+        if retyped:  # another client changed a key's type: the index follows
+            client.hset(index_key, mapping=cast(dict[Any, Any], retyped))
+        if missing:
+            client.hdel(index_key, *missing)
+    return Snapshot(agent_id, memory, seq, tuple(missing))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class L1CacheSnapshotter:
+    """Snapshots an agent's L1 to the Redis secondary and, on request, PostgreSQL."""
+
+    def __init__(self, client: redis.Redis, pool: ConnectionPool, keys: Keys,
+                 snapshot_ttl: int) -> None:  # fmt: skip
+        self.redis = client
+        self.pg = pool
+        self.keys = keys
+        self.ttl_ms = snapshot_ttl * 1000
+
+    def take(self, agent_id: str) -> Snapshot:
+        """Read the agent's L1 at one instant, without storing it."""
+        return read_memory(self.redis, self.keys, agent_id)
+
+    def snapshot_on_checkpoint(
+        self, agent_id: str, checkpoint_id: object | None = None, dual_write: bool = False
+    ) -> SnapshotMeta:
+        """Snapshot to the Redis secondary; with ``dual_write`` also into the checkpoint row.
+
+        Returns the meta (``.hash`` is the snapshot's SHA-256). With ``dual_write``,
+        raises ``CheckpointNotFound`` if no checkpoint has ``checkpoint_id``.
+        """
+        snap = self.take(agent_id)
+        return self.store(snap, checkpoint_id, dual_write)
+
+    def store(self, snap: Snapshot, checkpoint_id: object | None = None,
+              dual_write: bool = False) -> SnapshotMeta:  # fmt: skip
+        """Write an already-taken snapshot to the secondary (and PostgreSQL)."""
+        cid = check_uuid(checkpoint_id, "checkpoint_id") if checkpoint_id is not None else None
+        meta = SnapshotMeta(snap.agent_id, _now(), snap.hash, cid, len(snap.memory), snap.seq)
+        document = codec.memory_document(snap.memory)
+        blob = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+        with redis_errors(snap.agent_id), self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.l1_snapshot(snap.agent_id), blob, px=self.ttl_ms)
+            pipe.set(self.keys.l1_snapshot_meta(snap.agent_id), meta.to_json(), px=self.ttl_ms)
+            pipe.execute()
+        if dual_write:
+            if cid is None:
+                raise CheckpointNotFound("dual_write needs a checkpoint_id", agent_id=snap.agent_id)
+            with self.pg.connection() as conn:
+                cur = conn.execute(
+                    "UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_hash = %s,"
+                    " l1_snapshot_seq = %s WHERE checkpoint_id = %s",
+                    (Jsonb(document), meta.hash, meta.seq, cid),
+                )
+                if cur.rowcount == 0:
+                    raise CheckpointNotFound("no checkpoint with this id",
+                                             checkpoint_id=cid, agent_id=snap.agent_id)  # fmt: skip
+        return meta
+
+    def latest_meta(self, agent_id: str) -> SnapshotMeta | None:
+        """Meta of the latest snapshot in the Redis secondary, or None."""
+        with redis_errors(agent_id):
+            raw = self.redis.get(self.keys.l1_snapshot_meta(agent_id))
+        return SnapshotMeta.from_json(cast(bytes, raw)) if raw is not None else None
+
+
+def elapsed_ms(t0: float) -> float:
+    """Milliseconds since ``t0`` (a ``time.perf_counter()`` value)."""
+    return (time.perf_counter() - t0) * 1000

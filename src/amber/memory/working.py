@@ -1,0 +1,235 @@
+"""``AgentMemory``: one agent's L1 working memory, with redis-py's method names.
+
+Every write runs as one Lua script that applies the command, records the key in
+the agent's index (or drops it when the key became empty), bumps the agent's
+mutation sequence and refreshes the active TTL, so the index can never disagree
+with the keys it lists. Nothing here uses ``KEYS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
+
+import redis
+
+from amber.codec import REDIS_TYPES, RedisType
+from amber.errors import InvalidValue, StoreUnavailable, WrongType
+from amber.keys import Keys, check_id, check_key
+from amber.memory import scripts
+
+Scalar = bytes | str | int | float
+ByteSet = set[bytes]
+Journal = Callable[[str, str, list[Any]], int | None]
+"""Called before each write with (command, key name, arguments); may return the
+write's sequence number (the WAL durability mode logs the write and returns its
+WAL sequence, which then becomes the agent's sequence)."""
+
+
+@contextlib.contextmanager
+def redis_errors(agent_id: str, name: str | None = None) -> Iterator[None]:
+    """Turn redis-py exceptions into amber's, naming the agent and key."""
+    try:
+        yield
+    except redis.ResponseError as exc:
+        text = str(exc)
+        if "WRONGTYPE" in text:
+            raise WrongType(
+                f"key {name!r} holds another type ({text.split()[-1].lower()})",
+                agent_id=agent_id, key=name,
+            ) from None  # fmt: skip
+        raise
+    except redis.DataError as exc:
+        raise InvalidValue(f"value for key {name!r} cannot be stored: {exc}",
+                           agent_id=agent_id, key=name) from None  # fmt: skip
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise StoreUnavailable(f"Redis failed during an L1 operation: {exc}",
+                               agent_id=agent_id) from None  # fmt: skip
+
+
+class AgentMemory:
+    """An agent's working memory in Redis under ``<prefix>:L1:{agent_id}:working:<key>``.
+
+    Values go in as bytes, str, int or float and come out as bytes, like redis-py
+    with ``decode_responses=False``.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        agent_id: str,
+        active_ttl: int,
+        journal: Journal | None = None,
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.agent_id = check_id(agent_id, "agent_id")
+        self.ttl_ms = active_ttl * 1000
+        self.journal = journal
+        self._index = keys.l1_index(agent_id)
+        self._seq = keys.l1_seq(agent_id)
+        self._write_script = client.register_script(scripts.WRITE)
+        self._delete_script = client.register_script(scripts.DELETE)
+
+    def key(self, name: str) -> str:
+        """Full Redis key of ``name``."""
+        return self.keys.l1(self.agent_id, name)
+
+    # -- writes -----------------------------------------------------------------------
+    def _write(self, command: str, name: str, rtype: RedisType, *args: Any) -> Any:
+        full = self.key(name)
+        if not args:
+            raise InvalidValue(f"{command.lower()} on {name!r} needs at least one value",
+                               agent_id=self.agent_id, key=name)  # fmt: skip
+        seq = self.journal(command, name, list(args)) if self.journal else None
+        with redis_errors(self.agent_id, name):
+            result, _ = self._write_script(
+                keys=[full, self._index, self._seq],
+                args=[command, name, rtype, self.ttl_ms, "" if seq is None else seq, *args],
+            )
+        return result
+
+    def set(self, name: str, value: Scalar) -> bool:
+        """Set a string key."""
+        return bool(self._write("SET", name, "string", value))
+
+    def rpush(self, name: str, *values: Scalar) -> int:
+        """Append to a list; returns its new length."""
+        return int(self._write("RPUSH", name, "list", *values))
+
+    def lpush(self, name: str, *values: Scalar) -> int:
+        """Prepend to a list; returns its new length."""
+        return int(self._write("LPUSH", name, "list", *values))
+
+    def hset(
+        self,
+        name: str,
+        key: Scalar | None = None,
+        value: Scalar | None = None,
+        mapping: Mapping[Scalar, Scalar] | None = None,
+    ) -> int:
+        """Set hash fields; returns how many were added."""
+        pairs: list[Scalar] = []
+        if key is not None:
+            if value is None:
+                raise InvalidValue(f"hset on {name!r} needs a value", agent_id=self.agent_id)
+            pairs += [key, value]
+        for k, v in (mapping or {}).items():
+            pairs += [k, v]
+        return int(self._write("HSET", name, "hash", *pairs))
+
+    def hdel(self, name: str, *fields: Scalar) -> int:
+        """Delete hash fields; returns how many were removed."""
+        return int(self._write("HDEL", name, "hash", *fields))
+
+    def sadd(self, name: str, *members: Scalar) -> int:
+        """Add set members; returns how many were new."""
+        return int(self._write("SADD", name, "set", *members))
+
+    def srem(self, name: str, *members: Scalar) -> int:
+        """Remove set members; returns how many were removed."""
+        return int(self._write("SREM", name, "set", *members))
+
+    def zadd(self, name: str, mapping: Mapping[Scalar, float]) -> int:
+        """Add zset members with scores; returns how many were new."""
+        args: list[Scalar] = []
+        for member, score in mapping.items():
+            args += [float(score), member]
+        return int(self._write("ZADD", name, "zset", *args))
+
+    def zrem(self, name: str, *members: Scalar) -> int:
+        """Remove zset members; returns how many were removed."""
+        return int(self._write("ZREM", name, "zset", *members))
+
+    def delete(self, *names: str) -> int:
+        """Delete keys; returns how many existed."""
+        if not names:
+            return 0
+        for n in names:
+            check_key(n)
+        seq = self.journal("DEL", names[0], list(names[1:])) if self.journal else None
+        with redis_errors(self.agent_id):
+            removed, _ = self._delete_script(
+                keys=[self._index, self._seq, *(self.key(n) for n in names)],
+                args=[self.ttl_ms, "" if seq is None else seq, *names],
+            )
+        return int(removed)
+
+    def clear(self) -> int:
+        """Delete every key of this agent's working memory."""
+        return self.delete(*self.keys_list())
+
+    def expire(self, name: str, seconds: int) -> bool:
+        """Set a key's TTL in seconds."""
+        with redis_errors(self.agent_id, name):
+            return bool(self.redis.expire(self.key(name), seconds))
+
+    # -- reads --------------------------------------------------------------------------
+    def _read(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        with redis_errors(self.agent_id, name):
+            return fn(self.key(name), *args)
+
+    def get(self, name: str) -> bytes | None:
+        """Value of a string key, or None."""
+        return cast(bytes | None, self._read(name, self.redis.get))
+
+    def exists(self, name: str) -> bool:
+        """Whether the key exists."""
+        return bool(self._read(name, self.redis.exists))
+
+    def ttl(self, name: str) -> int:
+        """Seconds the key has left (-1 none, -2 missing)."""
+        return int(self._read(name, self.redis.ttl))
+
+    def type(self, name: str) -> str:
+        """Redis type of the key ('none' if missing)."""
+        raw = self._read(name, self.redis.type)
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    def lrange(self, name: str, start: int, end: int) -> list[bytes]:
+        """Elements of a list between two indexes, inclusive."""
+        return cast(list[bytes], self._read(name, self.redis.lrange, start, end))
+
+    def llen(self, name: str) -> int:
+        """Length of a list."""
+        return int(self._read(name, self.redis.llen))
+
+    def hget(self, name: str, key: Scalar) -> bytes | None:
+        """One hash field, or None."""
+        return cast(bytes | None, self._read(name, self.redis.hget, key))
+
+    def hgetall(self, name: str) -> dict[bytes, bytes]:
+        """All fields of a hash."""
+        return cast(dict[bytes, bytes], self._read(name, self.redis.hgetall))
+
+    def smembers(self, name: str) -> ByteSet:
+        """All members of a set."""
+        return cast(ByteSet, self._read(name, self.redis.smembers))
+
+    def zrange(
+        self, name: str, start: int, end: int, withscores: bool = False
+    ) -> list[bytes] | list[tuple[bytes, float]]:
+        """Members of a zset by rank, optionally with scores."""
+        return cast(
+            list[bytes] | list[tuple[bytes, float]],
+            self._read(name, self.redis.zrange, start, end, False, withscores),
+        )
+
+    def keys_list(self) -> list[str]:
+        """Names of every key in this memory, from the index (sorted)."""
+        with redis_errors(self.agent_id):
+            raw = cast(list[bytes], self.redis.hkeys(self._index))
+        return sorted(n.decode() for n in raw)
+
+    def sequence(self) -> int:
+        """The agent's mutation sequence (0 if it has none)."""
+        with redis_errors(self.agent_id):
+            raw = self.redis.get(self._seq)
+        return int(cast(bytes, raw)) if raw is not None else 0
+
+
+def supported(rtype: str) -> bool:
+    """Whether amber can snapshot a Redis type."""
+    return rtype in REDIS_TYPES

@@ -1,0 +1,49 @@
+"""Fixtures for L1 tests: a populated agent memory and a checkpoint row to attach to."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+import amber
+from amber.memory import AgentMemory
+
+BINARY = bytes(range(256))
+
+
+def fill(mem: AgentMemory) -> None:
+    """Every type, binary values, a big set and a zset with equal scores."""
+    mem.set("current_subtask", "ma_review")
+    mem.set("blob", BINARY)
+    mem.rpush("aapl_historical_roi", 0.15, 0.18, 0.12)
+    mem.hset("api_cache:koyfin_aapl_acquisitions", mapping={"deals": "3", b"\xff": b"\x00\x01"})
+    mem.sadd("tickers", *[f"T{i}" for i in range(500)])
+    mem.zadd("ranks", {f"m{i}": 1.0 for i in range(300)} | {"top": float("inf"), "neg": -2.5})
+
+
+@pytest.fixture
+def agent_id(uid: Callable[[str], str]) -> str:
+    return uid("agent")
+
+
+@pytest.fixture
+def mem(stack: amber.Stack, agent_id: str) -> AgentMemory:
+    m = stack.memory(agent_id)
+    fill(m)
+    return m
+
+
+def insert_checkpoint(stack: amber.Stack, analysis_id: str, agent_type: str, agent_id: str) -> str:
+    """A bare checkpoint row (what AgentCheckpointer writes), for snapshot tests."""
+    cid = str(uuid.uuid4())
+    with stack.pg.connection() as conn:
+        conn.execute(
+            "INSERT INTO agent_checkpoints (checkpoint_id, stock_ticker, agent_type, agent_id,"
+            " analysis_id, checkpoint_time, agent_version, payload_sha256)"
+            " VALUES (%s, 'AAPL', %s, %s, %s, %s, '1.0', '')",
+            (cid, agent_type, agent_id, analysis_id, datetime.now(UTC)),
+        )
+    return cid

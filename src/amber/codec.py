@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 import orjson
+import zstandard
 
 from amber.errors import AmberError
 
@@ -203,6 +204,34 @@ def memory_hash(memory: Memory) -> str:
     """SHA-256 (hex) over key names, types and values of a memory; TTLs excluded."""
     canon = {name: [e.type, encode_value(e.type, e.value)] for name, e in memory.items()}
     return hashlib.sha256(orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+PACK_LEVEL = 1
+"""zstd level of stored snapshots and checkpoint state: measured 3.6x smaller than JSON
+for a 114 KB memory, and cheaper to write than JSONB (bench/bench_checkpoint.py)."""
+
+
+def pack(data: bytes) -> bytes:
+    """zstd-compress canonical JSON for storage."""
+    return zstandard.compress(data, PACK_LEVEL)
+
+
+def unpack(blob: bytes) -> bytes:
+    """Inverse of :func:`pack`; raises ``CodecError`` on a damaged frame."""
+    try:
+        return zstandard.decompress(blob)
+    except zstandard.ZstdError as exc:
+        raise CodecError(f"stored blob is not a valid zstd frame: {exc}") from None
+
+
+def pack_memory(memory: Memory) -> bytes:
+    """A memory as stored in the Redis secondary and PostgreSQL."""
+    return pack(encode_memory(memory))
+
+
+def unpack_memory(blob: bytes) -> dict[str, Entry]:
+    """Inverse of :func:`pack_memory`."""
+    return decode_memory(unpack(blob))
 
 
 def sha256_hex(data: bytes) -> str:

@@ -42,8 +42,8 @@ def insert_checkpoint(stack: amber.Stack, analysis_id: str, agent_type: str, age
     with stack.pg.connection() as conn:
         conn.execute(
             "INSERT INTO agent_checkpoints (checkpoint_id, stock_ticker, agent_type, agent_id,"
-            " analysis_id, checkpoint_time, agent_version, payload_sha256)"
-            " VALUES (%s, 'AAPL', %s, %s, %s, %s, '1.0', '')",
+            " analysis_id, checkpoint_time, agent_version, state, state_sha256)"
+            " VALUES (%s, 'AAPL', %s, %s, %s, %s, '1.0', '', '')",
             (cid, agent_type, agent_id, analysis_id, datetime.now(UTC)),
         )
     return cid

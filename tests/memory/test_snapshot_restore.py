@@ -95,37 +95,45 @@ def test_corrupt_secondary_is_detected_and_pg_serves(stack: amber.Stack, mem: Ag
     cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
     meta = stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
     key = stack.keys.l1_snapshot(mem.agent_id)
-    doc = orjson.loads(stack.redis.get(key))  # type: ignore[arg-type]
+    doc = orjson.loads(codec.unpack(stack.redis.get(key)))  # type: ignore[arg-type]
     tamper(doc)  # type: ignore[operator]
-    stack.redis.set(key, orjson.dumps(doc))
+    stack.redis.set(key, codec.pack(orjson.dumps(doc)))
     report = stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
     assert report is not None and report.source == "postgresql_checkpoint"
     assert read_memory(stack.redis, stack.keys, mem.agent_id).hash == meta.hash
 
 
 @pytest.mark.parametrize("tamper", TAMPERS)
-def test_corrupt_jsonb_is_detected(stack: amber.Stack, mem: AgentMemory,
+def test_corrupt_postgres_snapshot_is_detected(stack: amber.Stack, mem: AgentMemory,
                                    tamper: object) -> None:  # fmt: skip
     analysis = str(uuid.uuid4())
     cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
     stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
     stack.redis.delete(stack.keys.l1_snapshot(mem.agent_id))
     with stack.pg.connection() as conn:
-        doc = conn.execute(
+        blob = conn.execute(
             "SELECT l1_snapshot FROM agent_checkpoints WHERE checkpoint_id = %s", (cid,)
         ).fetchone()[0]  # type: ignore[index]
+        doc = orjson.loads(codec.unpack(blob))
         tamper(doc)  # type: ignore[operator]
         conn.execute(
-            "UPDATE agent_checkpoints SET l1_snapshot = %s::jsonb WHERE checkpoint_id = %s",
-            (orjson.dumps(doc).decode(), cid),
+            "UPDATE agent_checkpoints SET l1_snapshot = %s WHERE checkpoint_id = %s",
+            (codec.pack(orjson.dumps(doc)), cid),
         )
     with pytest.raises(ConsistencyError, match="postgresql_checkpoint"):
         stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
 
 
-def test_garbage_secondary_is_reported_not_trusted(stack: amber.Stack, mem: AgentMemory) -> None:
+@pytest.mark.parametrize("garbage", [b"\x00not zstd", b"", "flip"])
+def test_garbage_secondary_is_reported_not_trusted(stack: amber.Stack, mem: AgentMemory,
+                                                   garbage: bytes | str) -> None:  # fmt: skip
     stack.snapshotter.snapshot_on_checkpoint(mem.agent_id)
-    stack.redis.set(stack.keys.l1_snapshot(mem.agent_id), b"\x00not json")
+    key = stack.keys.l1_snapshot(mem.agent_id)
+    if garbage == "flip":  # one bit flipped inside the compressed frame
+        blob = bytearray(stack.redis.get(key))  # type: ignore[arg-type]
+        blob[len(blob) // 2] ^= 0x10
+        garbage = bytes(blob)
+    stack.redis.set(key, garbage)
     with pytest.raises(ConsistencyError, match="redis_secondary"):
         stack.restorer.restore_from_snapshot(mem.agent_id, uuid.uuid4(), "strategy")
 

@@ -132,7 +132,9 @@ class L1CacheRestorer:
         if blob is None or meta_raw is None:
             return None
         meta = SnapshotMeta.from_json(cast(bytes, meta_raw))
-        return Loaded("redis_secondary", codec.decode_memory(blob), meta.hash, meta.seq)
+        return Loaded(
+            "redis_secondary", codec.unpack_memory(cast(bytes, blob)), meta.hash, meta.seq
+        )
 
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
         """The newest snapshot stored with a checkpoint in PostgreSQL."""
@@ -145,7 +147,7 @@ class L1CacheRestorer:
             ).fetchone()
         if row is None:
             return None
-        memory = codec.memory_from_document(row[0])
+        memory = codec.unpack_memory(row[0])
         return Loaded("postgresql_checkpoint", memory, str(row[1]), int(row[2] or 0))
 
     def restore_loaded(self, agent_id: str, loaded: Loaded) -> RestoreReport:

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import orjson
 import redis
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from amber import codec
@@ -169,8 +168,7 @@ class L1CacheSnapshotter:
         """Write an already-taken snapshot to the secondary (and PostgreSQL)."""
         cid = check_uuid(checkpoint_id, "checkpoint_id") if checkpoint_id is not None else None
         meta = SnapshotMeta(snap.agent_id, _now(), snap.hash, cid, len(snap.memory), snap.seq)
-        document = codec.memory_document(snap.memory)
-        blob = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+        blob = codec.pack_memory(snap.memory)
         with redis_errors(snap.agent_id), self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.keys.l1_snapshot(snap.agent_id), blob, px=self.ttl_ms)
             pipe.set(self.keys.l1_snapshot_meta(snap.agent_id), meta.to_json(), px=self.ttl_ms)
@@ -182,7 +180,7 @@ class L1CacheSnapshotter:
                 cur = conn.execute(
                     "UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_hash = %s,"
                     " l1_snapshot_seq = %s WHERE checkpoint_id = %s",
-                    (Jsonb(document), meta.hash, meta.seq, cid),
+                    (blob, meta.hash, meta.seq, cid),
                 )
                 if cur.rowcount == 0:
                     raise CheckpointNotFound("no checkpoint with this id",

@@ -20,7 +20,12 @@ MIGRATIONS_TABLE = "amber_migrations"
 ADVISORY_LOCK_ID = 0x616D626572  # "amber"
 
 MIGRATIONS: list[str] = [
-    # 1: checkpoints at subtask boundaries (DD-011), with the L1 snapshot columns (DD-016)
+    # 1: checkpoints at subtask boundaries (DD-011) with their L1 snapshots (DD-016),
+    #    the archive, and the analyses the coordinator runs.
+    #    ``state`` is the whole checkpoint as zstd-compressed canonical JSON (the truth,
+    #    checked by ``state_sha256``); the DD-011 columns beside it are a projection for
+    #    SQL. ``l1_snapshot`` is DD-011's ``working_memory``: zstd canonical JSON, hashed
+    #    by ``l1_snapshot_hash`` over keys, types and values.
     """
     CREATE TABLE agent_checkpoints (
         id BIGSERIAL PRIMARY KEY,
@@ -34,17 +39,14 @@ MIGRATIONS: list[str] = [
         current_subtask VARCHAR(128),
         completed_subtasks TEXT[] NOT NULL DEFAULT '{}',
         pending_subtasks TEXT[] NOT NULL DEFAULT '{}',
-        working_memory JSONB,
-        interim_results JSONB,
-        agent_config JSONB,
         failure_reason TEXT,
-        error_details JSONB,
         retry_count INT NOT NULL DEFAULT 0,
         agent_version VARCHAR(20) NOT NULL,
-        l1_snapshot JSONB,
+        state BYTEA NOT NULL,
+        state_sha256 TEXT NOT NULL,
+        l1_snapshot BYTEA,
         l1_snapshot_hash TEXT,
         l1_snapshot_seq BIGINT,
-        payload_sha256 TEXT NOT NULL,
         created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
         UNIQUE (analysis_id, agent_type, checkpoint_time)
     );

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+os.environ.setdefault("COLUMNS", "220")  # wide rich tables in CLI output under test
+
 import psycopg
 import pytest
 import redis

@@ -8,6 +8,17 @@ write-ahead log between them; pause for days and resume with zero duplicate work
         ...
 """
 
+from amber.agents import (
+    ANALYSTS,
+    AgentResult,
+    BaseAgent,
+    FinancialAnalyst,
+    LeadCoordinator,
+    MarketDataClient,
+    StrategyAnalyst,
+    ValuationAgent,
+)
+from amber.checkpoints import AgentCheckpointer, Checkpoint, checkpoint_migration
 from amber.config import Durability, Settings
 from amber.engines.stack import Stack, connect
 from amber.errors import (
@@ -34,27 +45,38 @@ from amber.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ANALYSTS",
+    "AgentCheckpointer",
+    "AgentResult",
     "AmberError",
     "AnalysisNotFound",
     "AnalysisStateError",
+    "BaseAgent",
+    "Checkpoint",
     "CheckpointCorrupt",
     "CheckpointNotFound",
     "ConfigError",
     "ConsistencyError",
     "Durability",
+    "FinancialAnalyst",
     "InvalidIdentifier",
     "InvalidValue",
+    "LeadCoordinator",
+    "MarketDataClient",
     "MigrationError",
     "NotFound",
     "QuotaExceeded",
     "Settings",
     "Stack",
     "StoreUnavailable",
+    "StrategyAnalyst",
     "UnsupportedType",
+    "ValuationAgent",
     "VersionTooNew",
     "WalCorruption",
     "WalError",
     "WrongType",
     "__version__",
+    "checkpoint_migration",
     "connect",
 ]

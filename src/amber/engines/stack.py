@@ -6,7 +6,7 @@ import logging
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -15,6 +15,7 @@ import redis
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from amber.checkpoints import AgentCheckpointer, Analyses, Retention
 from amber.config import Settings, load_settings
 from amber.engines.embedded import ensure_embedded
 from amber.errors import StoreUnavailable
@@ -29,6 +30,9 @@ from amber.memory import (
 )
 from amber.memory.working import Journal
 from amber.schema.migrations import migrate, schema_version
+
+if TYPE_CHECKING:
+    from amber.agents.coordinator import LeadCoordinator
 
 log = logging.getLogger("amber")
 
@@ -146,6 +150,29 @@ class Stack:
     def recovery(self) -> DualRecoveryStrategy:
         """L1 → Redis secondary → PostgreSQL."""
         return DualRecoveryStrategy(self.snapshotter, self.restorer, self.ttl_manager)
+
+    # -- checkpoints (DD-011) and analyses ----------------------------------------------
+    @cached_property
+    def checkpointer(self) -> AgentCheckpointer:
+        """Saves and restores checkpoints."""
+        return AgentCheckpointer(self.redis, self.pg, self.keys, self.settings, self.snapshotter)
+
+    @cached_property
+    def analyses(self) -> Analyses:
+        """The analyses table."""
+        return Analyses(self.pg)
+
+    @cached_property
+    def retention(self) -> Retention:
+        """The checkpoint retention policy."""
+        return Retention(self.redis, self.pg, self.keys, self.settings, self.analyses)
+
+    @cached_property
+    def coordinator(self) -> LeadCoordinator:
+        """Runs analyses subtask by subtask."""
+        from amber.agents.coordinator import LeadCoordinator
+
+        return LeadCoordinator(self)
 
     @property
     def data_dir(self) -> Path:

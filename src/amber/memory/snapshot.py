@@ -163,28 +163,38 @@ class L1CacheSnapshotter:
         snap = self.take(agent_id)
         return self.store(snap, checkpoint_id, dual_write)
 
+    def meta(self, snap: Snapshot, checkpoint_id: object | None = None) -> SnapshotMeta:
+        """The meta that goes beside ``snap``."""
+        cid = check_uuid(checkpoint_id, "checkpoint_id") if checkpoint_id is not None else None
+        return SnapshotMeta(snap.agent_id, _now(), snap.hash, cid, len(snap.memory), snap.seq)
+
+    def write_secondary(self, pipe: Any, meta: SnapshotMeta, blob: bytes) -> None:
+        """Queue the secondary's two SETs on ``pipe`` (the caller executes it)."""
+        pipe.set(self.keys.l1_snapshot(meta.agent_id), blob, px=self.ttl_ms)
+        pipe.set(self.keys.l1_snapshot_meta(meta.agent_id), meta.to_json(), px=self.ttl_ms)
+
     def store(self, snap: Snapshot, checkpoint_id: object | None = None,
               dual_write: bool = False) -> SnapshotMeta:  # fmt: skip
-        """Write an already-taken snapshot to the secondary (and PostgreSQL)."""
-        cid = check_uuid(checkpoint_id, "checkpoint_id") if checkpoint_id is not None else None
-        meta = SnapshotMeta(snap.agent_id, _now(), snap.hash, cid, len(snap.memory), snap.seq)
+        """Write an already-taken snapshot to the secondary (and into the checkpoint row)."""
+        meta = self.meta(snap, checkpoint_id)
         blob = codec.pack_memory(snap.memory)
         with redis_errors(snap.agent_id), self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.keys.l1_snapshot(snap.agent_id), blob, px=self.ttl_ms)
-            pipe.set(self.keys.l1_snapshot_meta(snap.agent_id), meta.to_json(), px=self.ttl_ms)
+            self.write_secondary(pipe, meta, blob)
             pipe.execute()
         if dual_write:
-            if cid is None:
+            if meta.checkpoint_id is None:
                 raise CheckpointNotFound("dual_write needs a checkpoint_id", agent_id=snap.agent_id)
             with self.pg.connection() as conn:
                 cur = conn.execute(
                     "UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_hash = %s,"
                     " l1_snapshot_seq = %s WHERE checkpoint_id = %s",
-                    (blob, meta.hash, meta.seq, cid),
+                    (blob, meta.hash, meta.seq, meta.checkpoint_id),
                 )
                 if cur.rowcount == 0:
-                    raise CheckpointNotFound("no checkpoint with this id",
-                                             checkpoint_id=cid, agent_id=snap.agent_id)  # fmt: skip
+                    raise CheckpointNotFound(
+                        "no checkpoint with this id",
+                        checkpoint_id=meta.checkpoint_id, agent_id=snap.agent_id,
+                    )  # fmt: skip
         return meta
 
     def latest_meta(self, agent_id: str) -> SnapshotMeta | None:

@@ -108,7 +108,7 @@ class AgentMemory:
         name: str,
         key: Scalar | None = None,
         value: Scalar | None = None,
-        mapping: Mapping[Scalar, Scalar] | None = None,
+        mapping: Mapping[Any, Scalar] | None = None,
     ) -> int:
         """Set hash fields; returns how many were added."""
         pairs: list[Scalar] = []
@@ -132,7 +132,7 @@ class AgentMemory:
         """Remove set members; returns how many were removed."""
         return int(self._write("SREM", name, "set", *members))
 
-    def zadd(self, name: str, mapping: Mapping[Scalar, float]) -> int:
+    def zadd(self, name: str, mapping: Mapping[Any, float]) -> int:
         """Add zset members with scores; returns how many were new."""
         args: list[Scalar] = []
         for member, score in mapping.items():

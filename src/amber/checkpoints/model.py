@@ -1,0 +1,115 @@
+"""The checkpoint record (DD-011) and its canonical encoding. Pure: no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from amber import codec
+from amber.errors import CheckpointCorrupt, InvalidValue
+
+RECORD_FORMAT = 1
+"""Version of the checkpoint document layout (not the agent's version)."""
+
+
+@dataclass
+class Checkpoint:
+    """An agent's execution state at a subtask boundary."""
+
+    checkpoint_id: str
+    analysis_id: str
+    stock_ticker: str
+    agent_type: str
+    agent_id: str
+    checkpoint_time: datetime
+    agent_version: str
+    progress_pct: float = 0.0
+    current_subtask: str | None = None
+    completed_subtasks: list[str] = field(default_factory=list)
+    pending_subtasks: list[str] = field(default_factory=list)
+    interim_results: dict[str, Any] = field(default_factory=dict)
+    agent_config: dict[str, Any] = field(default_factory=dict)
+    retry_count: int = 0
+    failure_reason: str | None = None
+    error_details: dict[str, Any] | None = None
+    l1_snapshot_hash: str | None = None
+    l1_snapshot_seq: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields added by agent-version migrations that this layout does not name."""
+
+    def to_doc(self) -> dict[str, Any]:
+        """The record as a JSON-able document (extra fields at top level)."""
+        doc = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        doc["checkpoint_time"] = self.checkpoint_time.astimezone(UTC).isoformat()
+        extra = doc.pop("extra")
+        doc.update(extra)
+        doc["format"] = RECORD_FORMAT
+        return doc
+
+    def encode(self) -> bytes:
+        """Canonical JSON bytes; raises ``InvalidValue`` naming a field that is not JSON."""
+        doc = self.to_doc()
+        try:
+            return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            for name, value in doc.items():
+                try:
+                    orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+                except TypeError as exc:
+                    raise InvalidValue(
+                        f"checkpoint field {name!r} is not JSON-serializable: {exc}",
+                        agent_id=self.agent_id, field=name,
+                    ) from None  # fmt: skip
+            raise
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Checkpoint:
+        """Inverse of :meth:`to_doc`; raises ``CheckpointCorrupt`` if fields are missing."""
+        doc = dict(doc)
+        doc.pop("format", None)
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in doc.items() if k in names}
+        extra = {k: v for k, v in doc.items() if k not in names}
+        try:
+            known["checkpoint_time"] = datetime.fromisoformat(known["checkpoint_time"])
+            return cls(**known, extra=extra)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointCorrupt(f"checkpoint document is malformed: {exc}") from None
+
+
+def decode_doc(raw: bytes, expected_sha256: str | None = None) -> dict[str, Any]:
+    """Parse canonical bytes, checking their SHA-256 when one is given."""
+    if expected_sha256 is not None and codec.sha256_hex(raw) != expected_sha256:
+        raise CheckpointCorrupt("checkpoint checksum does not match")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CheckpointCorrupt(f"checkpoint is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise CheckpointCorrupt("checkpoint document is not an object")
+    return doc
+
+
+def seal(raw: bytes) -> bytes:
+    """The Redis backup value: SHA-256 hex of ``raw``, then ``raw`` zstd-compressed."""
+    return codec.sha256_hex(raw).encode() + codec.pack(raw)
+
+
+def unseal(blob: bytes) -> dict[str, Any]:
+    """Inverse of :func:`seal`, verified; raises ``CheckpointCorrupt``."""
+    if len(blob) < 64:
+        raise CheckpointCorrupt("checkpoint backup is truncated")
+    try:
+        raw = codec.unpack(blob[64:])
+    except codec.CodecError as exc:
+        raise CheckpointCorrupt(str(exc)) from None
+    return decode_doc(raw, blob[:64].decode("ascii", "replace"))
+
+
+def now() -> datetime:
+    """The current UTC time."""
+    return datetime.now(UTC)

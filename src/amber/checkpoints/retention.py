@@ -1,0 +1,106 @@
+"""Checkpoint retention (DD-011): gone on success, 30 days on failure, kept if preserved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import redis
+from psycopg_pool import ConnectionPool
+
+from amber.checkpoints.analyses import Analyses
+from amber.checkpoints.model import now
+from amber.config import Settings
+from amber.keys import Keys, check_uuid
+
+_ARCHIVE = """
+INSERT INTO agent_checkpoints_archive
+SELECT c.*, NOW() FROM agent_checkpoints c WHERE c.analysis_id = %s
+"""
+
+
+@dataclass
+class GcReport:
+    """What one retention run removed or changed."""
+
+    deleted: dict[str, int] = field(default_factory=dict)
+    """analysis_id → checkpoints deleted."""
+    expired: list[str] = field(default_factory=list)
+    """Paused analyses past the pause limit, now ``expired``."""
+
+    @property
+    def total_deleted(self) -> int:
+        """Checkpoints deleted in all."""
+        return sum(self.deleted.values())
+
+
+class Retention:
+    """Applies the retention policy to checkpoints in PostgreSQL and their Redis backups."""
+
+    def __init__(self, client: redis.Redis, pool: ConnectionPool, keys: Keys,
+                 settings: Settings, analyses: Analyses) -> None:  # fmt: skip
+        self.redis = client
+        self.pg = pool
+        self.keys = keys
+        self.settings = settings
+        self.analyses = analyses
+
+    def purge(self, analysis_id: object, archive: bool = False) -> int:
+        """Delete (or with ``archive``, move) an analysis's checkpoints; returns how many.
+
+        A preserved analysis is left alone (returns 0).
+        """
+        aid = check_uuid(analysis_id)
+        record = self.analyses.get(aid)
+        if record.preserve:
+            return 0
+        with self.pg.connection() as conn, conn.transaction():
+            if archive:
+                conn.execute(_ARCHIVE, (aid,))
+            n = conn.execute(
+                "DELETE FROM agent_checkpoints WHERE analysis_id = %s", (aid,)
+            ).rowcount
+        keys = [self.keys.checkpoint(aid, a["agent_type"]) for a in record.agents]
+        keys += [self.keys.l1_snapshot(a["agent_id"]) for a in record.agents]
+        keys += [self.keys.l1_snapshot_meta(a["agent_id"]) for a in record.agents]
+        if keys:
+            self.redis.delete(*keys)
+        return n
+
+    def gc(self, at: datetime | None = None, dry_run: bool = False) -> GcReport:
+        """One pass of the policy at time ``at`` (default now).
+
+        * paused longer than the paused TTL → ``expired`` (checkpoints then kept as failures);
+        * failed or expired for longer than the failure retention → checkpoints deleted;
+        * completed but with checkpoints left (a crash between finish and purge) → deleted.
+        """
+        at = at or now()
+        s = self.settings
+        report = GcReport()
+        with self.pg.connection() as conn:
+            paused = conn.execute(
+                "SELECT analysis_id FROM analyses WHERE status = 'paused' AND updated_at < %s",
+                (at - timedelta(seconds=s.paused_ttl),),
+            ).fetchall()
+            doomed = conn.execute(
+                "SELECT a.analysis_id FROM analyses a WHERE NOT a.preserve AND ("
+                " (a.status IN ('failed', 'expired') AND a.updated_at < %s)"
+                " OR a.status = 'completed')"
+                " AND EXISTS (SELECT 1 FROM agent_checkpoints c"
+                " WHERE c.analysis_id = a.analysis_id)",
+                (at - timedelta(seconds=s.failed_retention),),
+            ).fetchall()
+        for (aid,) in paused:
+            report.expired.append(str(aid))
+            if not dry_run:
+                self.analyses.transition(aid, "expired", ("paused",))
+        for (aid,) in doomed:
+            if dry_run:
+                with self.pg.connection() as conn:
+                    row = conn.execute(
+                        "SELECT count(*) FROM agent_checkpoints WHERE analysis_id = %s", (aid,)
+                    ).fetchone()
+                report.deleted[str(aid)] = int(row[0]) if row else 0
+            else:
+                report.deleted[str(aid)] = self.purge(aid)
+        return report

@@ -1,0 +1,165 @@
+"""AgentCheckpointer: exact round trips, tiered restore, migrations, failure records."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import amber
+from amber import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    Durability,
+    MigrationError,
+    VersionTooNew,
+    codec,
+)
+from amber.agents import BaseAgent
+from amber.checkpoints import CheckpointMigrations
+
+
+class Probe(BaseAgent):
+    """A small agent for tests: four subtasks, each writing to L1."""
+
+    agent_type = "probe_agent"
+    version = "1.0"
+    subtasks = ("one", "two", "three", "four")
+
+    def run_subtask(self, name: str) -> Any:
+        self.l1_cache.rpush("log", name)
+        return {"done": name, "nested": {"values": [1.5, 2, None, "é"]}}
+
+
+@pytest.fixture
+def agent(stack: amber.Stack, uid: Callable[[str], str]) -> Probe:
+    a = Probe(str(uuid.uuid4()), "AAPL", stack.memory(uid("probe")),
+              config={"model": "m1", "limits": [1, 2]})  # fmt: skip
+    a.complete("one", a.run_subtask("one"))
+    a.retry_count = 2
+    return a
+
+
+def test_save_restore_round_trips_every_field(stack: amber.Stack, agent: Probe) -> None:
+    saved = stack.checkpointer.save_checkpoint(agent, "one")
+    restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+    assert restored.source == "redis_backup" and restored.ms >= 0
+    assert restored.checkpoint == saved
+    cp = restored.checkpoint
+    assert cp.completed_subtasks == ["one"] and cp.pending_subtasks == ["two", "three", "four"]
+    assert cp.progress_pct == 25.0 and cp.current_subtask == "two" and cp.retry_count == 2
+    assert cp.agent_config == {"model": "m1", "limits": [1, 2]}
+    assert cp.interim_results["one"]["nested"]["values"] == [1.5, 2, None, "é"]
+    assert cp.l1_snapshot_hash == stack.snapshotter.take(agent.agent_id).hash
+    from_pg = stack.checkpointer.get(saved.checkpoint_id)
+    assert from_pg == saved
+
+
+def test_pg_fallback_when_backup_missing(stack: amber.Stack, agent: Probe) -> None:
+    saved = stack.checkpointer.save_checkpoint(agent, "one")
+    stack.redis.delete(stack.keys.checkpoint(agent.analysis_id, agent.agent_type))
+    restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+    assert restored.source == "postgresql" and restored.checkpoint == saved
+    assert restored.skipped == ["redis_backup: missing"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "wrong_sum"])
+def test_corrupt_backup_is_reported_and_skipped(stack: amber.Stack, agent: Probe,
+                                                damage: str) -> None:  # fmt: skip
+    saved = stack.checkpointer.save_checkpoint(agent, "one")
+    key = stack.keys.checkpoint(agent.analysis_id, agent.agent_type)
+    blob = bytearray(stack.redis.get(key))  # type: ignore[arg-type]
+    if damage == "flip":
+        blob[-10] ^= 0x01
+    elif damage == "truncate":
+        blob = blob[:40]
+    elif damage == "garbage":
+        blob = bytearray(b"x" * 64 + b"not zstd")
+    else:
+        blob[0:1] = b"0" if blob[0:1] != b"0" else b"1"
+    stack.redis.set(key, bytes(blob))
+    restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+    assert restored.source == "postgresql" and restored.checkpoint == saved
+    assert restored.skipped and restored.skipped[0].startswith("redis_backup:")
+
+
+def test_corrupt_pg_row_falls_back_to_the_previous_one(stack: amber.Stack, agent: Probe) -> None:
+    first = stack.checkpointer.save_checkpoint(agent, "one")
+    agent.complete("two", agent.run_subtask("two"))
+    second = stack.checkpointer.save_checkpoint(agent, "two")
+    stack.redis.delete(stack.keys.checkpoint(agent.analysis_id, agent.agent_type))
+    with stack.pg.connection() as conn:
+        conn.execute("UPDATE agent_checkpoints SET state = %s WHERE checkpoint_id = %s",
+                     (codec.pack(b'{"tampered": true}'), second.checkpoint_id))  # fmt: skip
+    restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+    assert restored.checkpoint == first
+    assert any(second.checkpoint_id in s for s in restored.skipped)
+    with stack.pg.connection() as conn:
+        conn.execute("UPDATE agent_checkpoints SET state = %s WHERE analysis_id = %s",
+                     (b"junk", agent.analysis_id))  # fmt: skip
+    with pytest.raises(CheckpointCorrupt):
+        stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+
+
+def test_nothing_saved_is_not_found(stack: amber.Stack) -> None:
+    with pytest.raises(CheckpointNotFound):
+        stack.checkpointer.restore_checkpoint(uuid.uuid4(), "probe_agent")
+
+
+def test_failure_checkpoint_records_reason_details_retries(stack: amber.Stack,
+                                                           agent: Probe) -> None:  # fmt: skip
+    stack.checkpointer.save_checkpoint(
+        agent, None, failure_reason="quota_exhausted", error_details={"provider": "koyfin"}
+    )
+    cp = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type).checkpoint
+    assert cp.failure_reason == "quota_exhausted" and cp.error_details == {"provider": "koyfin"}
+    assert cp.retry_count == 2
+    rows = stack.checkpointer.summaries(agent.analysis_id)
+    assert rows[0]["failure_reason"] == "quota_exhausted" and rows[0]["retry_count"] == 2
+
+
+def test_non_json_interim_result_is_a_clear_error(stack: amber.Stack, agent: Probe) -> None:
+    agent.interim_results["bad"] = {1, 2}
+    with pytest.raises(amber.InvalidValue, match="interim_results"):
+        stack.checkpointer.save_checkpoint(agent, "one")
+
+
+def test_durability_mode_decides_where_l1_goes(stack: amber.Stack, agent: Probe) -> None:
+    assert stack.settings.durability == Durability.HYBRID
+    hybrid = stack.checkpointer.save_checkpoint(agent, "one")
+    dual = stack.checkpointer.save_checkpoint(agent, "one", dual_write=True)
+    with stack.pg.connection() as conn:
+        rows = dict(conn.execute(
+            "SELECT checkpoint_id::text, l1_snapshot IS NOT NULL FROM agent_checkpoints"
+            " WHERE analysis_id = %s", (agent.analysis_id,)).fetchall())  # fmt: skip
+    assert rows == {hybrid.checkpoint_id: False, dual.checkpoint_id: True}
+
+
+def test_version_migration_v1_0_to_v1_1(stack: amber.Stack, agent: Probe) -> None:
+    registry = CheckpointMigrations()
+
+    @registry("probe_agent", "1.0", "1.1")
+    def migrate_v1_0_to_v1_1(checkpoint: dict[str, Any]) -> dict[str, Any]:
+        if "subtask_progress" not in checkpoint:
+            checkpoint["subtask_progress"] = {t: 1.0 for t in checkpoint["completed_subtasks"]}
+        return checkpoint
+
+    stack.checkpointer.save_checkpoint(agent, "one")
+    old, stack.checkpointer.migrations = stack.checkpointer.migrations, registry
+    try:
+        restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent", "1.1")
+    finally:
+        stack.checkpointer.migrations = old
+    assert restored.migrated_from == ["1.0"]
+    assert restored.checkpoint.agent_version == "1.1"
+    assert restored.checkpoint.extra["subtask_progress"] == {"one": 1.0}
+
+
+def test_newer_record_is_refused_and_gaps_are_named(stack: amber.Stack, agent: Probe) -> None:
+    stack.checkpointer.save_checkpoint(agent, "one")
+    with pytest.raises(VersionTooNew, match=r"1\.0"):
+        stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent", "0.9")
+    with pytest.raises(MigrationError, match="no migration registered"):
+        stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent", "2.0")

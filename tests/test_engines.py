@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import amber
 from amber import StoreUnavailable
 from amber.cli import app
-from amber.engines.embedded import _alive, embedded_state, stop_embedded
+from amber.engines.embedded import _alive, embedded_state, ensure_embedded, stop_embedded
 from amber.engines.stack import redact
 
 from .conftest import Engines
@@ -120,8 +120,7 @@ def test_cli_status_and_down(fresh_dir: Path) -> None:
     env = {"AMBER_REDIS_URL": "", "AMBER_DATABASE_URL": "", "AMBER_DATA_DIR": str(fresh_dir)}
     result = runner.invoke(app, ["status"], env=env)
     assert result.exit_code == 0 and "stopped" in result.output
-    result = runner.invoke(app, ["demo"], env=env)
-    assert result.exit_code == 0, result.output
+    ensure_embedded(fresh_dir)
     result = runner.invoke(app, ["status"], env=env)
     assert result.exit_code == 0, result.output
     assert "running" in result.output and "schema version" in result.output

@@ -28,7 +28,7 @@ class AgentResult:
     agent_type: str
     agent_id: str
     status: str
-    """``completed``, ``quota_exhausted`` or ``failed``."""
+    """``completed``, ``quota_exhausted``, ``failed``, or ``paused`` (from elsewhere)."""
     completed: list[str]
     total: int
     retry_count: int
@@ -72,6 +72,8 @@ class LeadCoordinator:
         self.on_quota: OnStop | None = None
         """Called with (analysis_id, result) when an agent stops on a quota; the pause
         manager sets it to pause the analysis."""
+        self.on_progress: Callable[[BaseAgent], None] | None = None
+        """Called after every checkpointed subtask (progress bars)."""
 
     def start_analysis(self, stock_ticker: str, agent_classes: Sequence[type[BaseAgent]],
                        config: dict[str, Any] | None = None) -> str:  # fmt: skip
@@ -124,6 +126,8 @@ class LeadCoordinator:
             if result.status == "quota_exhausted" and self.on_quota is not None:
                 self.on_quota(record.analysis_id, result)
                 return results
+            if result.status == "paused":
+                return results
             if result.status == "failed":
                 self.stack.analyses.transition(analysis_id, "failed", ("running",))
                 return results
@@ -136,6 +140,8 @@ class LeadCoordinator:
         cp = self.stack.checkpointer
         retries_left = self.stack.settings.max_retries
         while (name := agent.next_subtask()) is not None:
+            if self.stack.analyses.get(agent.analysis_id).status != "running":
+                return self._result(agent, "paused")  # paused by someone else meanwhile
             probe = (agent.analysis_id, agent.agent_type, name)
             if name in agent.completed_subtasks:
                 self.reexecuted += 1
@@ -160,6 +166,8 @@ class LeadCoordinator:
                 return self._result(agent, "failed", str(exc))
             agent.complete(name, deliverable)
             cp.save_checkpoint(agent, name)
+            if self.on_progress is not None:
+                self.on_progress(agent)
             retries_left = self.stack.settings.max_retries
         return self._result(agent, "completed")
 

@@ -276,7 +276,7 @@ class EmbeddedPostgres:
             fresh = not (self.pgdata / "PG_VERSION").exists()
             self.pgdata.mkdir(mode=0o700, parents=True, exist_ok=True)
             if user is not None:
-                _make_traversable(self.pgdata)
+                _make_traversable(self.pgdata.parent)
                 _make_traversable(_pg_bin())
                 entry = pwd.getpwnam(user)
                 os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
@@ -289,6 +289,7 @@ class EmbeddedPostgres:
                         os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
                 self._run("initdb", "--auth=trust", "--encoding=UTF8", "-U", "postgres",
                           user=user)  # fmt: skip
+            self.pgdata.chmod(0o700)  # postgres refuses group/other bits on its data dir
             sock = self.socket_dir
             if user is not None and sock != self.pgdata:
                 sock.chmod(0o777)

@@ -33,6 +33,7 @@ from amber.schema.migrations import migrate, schema_version
 
 if TYPE_CHECKING:
     from amber.agents.coordinator import LeadCoordinator
+    from amber.pause import PauseManager
 
 log = logging.getLogger("amber")
 
@@ -173,6 +174,13 @@ class Stack:
         from amber.agents.coordinator import LeadCoordinator
 
         return LeadCoordinator(self)
+
+    @cached_property
+    def pause_manager(self) -> PauseManager:
+        """Pauses and resumes analyses; quota errors in ``coordinator`` become pauses."""
+        from amber.pause import PauseManager
+
+        return PauseManager(self)
 
     @property
     def data_dir(self) -> Path:

@@ -69,6 +69,21 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX idx_analyses_status ON analyses (status, updated_at);
     """,
+    # 2: durable pause records (who, why, when, each agent's state) and their resumes
+    """
+    CREATE TABLE analysis_pauses (
+        id BIGSERIAL PRIMARY KEY,
+        analysis_id UUID NOT NULL REFERENCES analyses (analysis_id) ON DELETE CASCADE,
+        reason TEXT NOT NULL,
+        paused_by TEXT NOT NULL,
+        paused_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+        agents JSONB NOT NULL,
+        resumed_at TIMESTAMPTZ,
+        resumed_by TEXT,
+        resume_report JSONB
+    );
+    CREATE INDEX idx_pauses_analysis ON analysis_pauses (analysis_id, id DESC);
+    """,
 ]
 
 

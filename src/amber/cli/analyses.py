@@ -1,0 +1,86 @@
+"""``amber analyses list``, ``amber pause`` and ``amber resume``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from amber.agents.base import BaseAgent
+from amber.cli.app import OPTIONS, app, console, friendly
+
+analyses_app = typer.Typer(help="Inspect analyses.", no_args_is_help=True)
+app.add_typer(analyses_app, name="analyses")
+
+
+@analyses_app.command("list")
+@friendly
+def list_analyses(
+    status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 50,
+) -> None:
+    """Analyses, newest first, with each agent's progress ("3 of 5 subtasks")."""
+    with OPTIONS.stack() as stack:
+        records = stack.analyses.list(status, limit)
+        table = Table("analysis", "ticker", "status", "agents", "updated")
+        for rec in records:
+            progress = []
+            for entry in rec.agents:
+                rows = stack.checkpointer.summaries(rec.analysis_id, limit=1000)
+                mine = [r for r in rows if r["agent_type"] == entry["agent_type"]]
+                done = f"{mine[0]['done']} of {mine[0]['total']}" if mine else "not started"
+                progress.append(f"{entry['agent_type']}: {done}")
+            table.add_row(rec.analysis_id, rec.stock_ticker, rec.status, "\n".join(progress),
+                          rec.updated_at.strftime("%Y-%m-%d %H:%M"))  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+@friendly
+def pause(
+    analysis_id: str,
+    reason: Annotated[str, typer.Option(help="Why (quota_exhausted, awaiting_review, ...).")],
+    by: Annotated[str, typer.Option(help="Who pauses.")] = "cli",
+) -> None:
+    """Pause a running analysis: dual snapshots, 14-day TTLs, a durable pause record."""
+    with OPTIONS.stack() as stack:
+        report = stack.pause_manager.pause(analysis_id, reason, by)
+    console.print(report.message)
+    for a in report.agents:
+        console.print(f"  {a['agent_type']}: {a['completed']} of {a['total']} subtasks, "
+                      f"{a['l1_keys']} keys kept")  # fmt: skip
+
+
+@app.command()
+@friendly
+def resume(
+    analysis_id: str,
+    by: Annotated[str, typer.Option(help="Who resumes.")] = "cli",
+) -> None:
+    """Resume a paused analysis: recover each agent's memory, then continue its work."""
+    with OPTIONS.stack() as stack:
+        coordinator = stack.coordinator
+        record = stack.analyses.get(analysis_id)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("subtasks"), console=console) as bar:  # fmt: skip
+            tasks = {}
+            for entry in record.agents:
+                tasks[entry["agent_id"]] = bar.add_task(entry["agent_type"], total=None)
+
+            def tick(agent: BaseAgent) -> None:
+                bar.update(tasks[agent.agent_id], completed=len(agent.completed_subtasks),
+                           total=len(agent.subtasks))  # fmt: skip
+
+            coordinator.on_progress = tick
+            report = stack.pause_manager.resume(analysis_id, by)
+    console.print(report.message)
+    for agent_type, r in report.recovery.items():
+        result = report.results.get(agent_type)
+        outcome = f"; {result.progress}, {result.status}" if result else ""
+        verified = "verified" if r.verified else "NOT verified"
+        console.print(f"  {agent_type}: {r.path} in {r.ms:.1f} ms, {r.keys} keys, {verified}"
+                      f"{outcome}")  # fmt: skip
+    if report.paused_again:
+        console.print(f"paused again: {report.paused_again.reason}")

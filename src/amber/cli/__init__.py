@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amber.cli import demo, engines
+from amber.cli import sessions as sessions
 from amber.cli.app import app
 
 __all__ = ["app", "demo", "engines", "main"]

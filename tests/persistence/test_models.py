@@ -42,7 +42,7 @@ def test_review_expires_in_24h_by_default() -> None:
         (Session, SESSION, {"status": None}, "status"),
         (Session, SESSION, {"version": -1}, "version"),
         (Session, SESSION, {"version": "one"}, "version"),
-        (Session, SESSION, {"task_queue": ["ok", "bad*id"]}, "task_queue.1"),
+        (Session, SESSION, {"task_queue": ["ok", "bad*id"]}, "task_queue"),
         (Session, SESSION, {"colour": "red"}, "colour"),
         (Task, TASK, {"id": "[x]"}, "id"),
         (Task, TASK, {"type": ""}, "type"),
@@ -82,7 +82,7 @@ def test_not_a_dict_is_refused() -> None:
 def test_an_edited_model_is_checked_again() -> None:
     session = parse(Session, SESSION)
     session.task_queue.append("bad*id")  # list edits bypass assignment validation
-    with pytest.raises(ValidationError, match=r"task_queue\.0"):
+    with pytest.raises(ValidationError, match=r"task_queue: item 0: task id contains '\*'"):
         parse(Session, session)
 
 

@@ -140,20 +140,21 @@ class PersistenceManager:
         ``VersionConflictError`` (with ``expected`` and ``actual``) when another
         writer got there first. Renews the session's TTL.
         """
-        checked = parse(Session, session)
-        stored = checked.model_copy(update={"version": checked.version + 1})
-        sid = checked.session_id
+        stored = parse(Session, session)  # a fresh copy: the caller's object is left alone
+        expected = stored.version
+        stored.version = expected + 1
+        sid = stored.session_id
         ok, version = await self._run(
             self._save_session,
             [self.keys.session(sid), self.keys.session_index()],
-            [checked.version, dump(stored), self.session_ttl_ms, sid],
+            [expected, dump(stored), self.session_ttl_ms, sid],
         )
         if not ok:
             raise VersionConflictError(
                 f"session was saved by someone else: stored version is {version}, "
-                f"this copy has {checked.version}; read it again and retry",
+                f"this copy has {expected}; read it again and retry",
                 session_id=sid,
-                expected=checked.version,
+                expected=expected,
                 actual=int(version),
             )
         return stored

@@ -8,6 +8,7 @@ loaded: no pickle.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypeVar
@@ -17,14 +18,21 @@ import pydantic
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from amber import defaults
-from amber.errors import ValidationError
+from amber.errors import InvalidIdentifier, ValidationError
 from amber.keys import check_id
 
 _STRICT = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.@+=-]{1,128}")
+"""Ids made only of these characters pass ``check_id``; others are checked by it."""
+
+
 def _id(kind: str) -> AfterValidator:
-    return AfterValidator(lambda value: check_id(value, kind))
+    def check(value: str) -> str:
+        return value if _PLAIN_ID.fullmatch(value) else check_id(value, kind)
+
+    return AfterValidator(check)
 
 
 SessionId = Annotated[str, _id("session_id")]
@@ -40,10 +48,22 @@ class Session(BaseModel):
     session_id: SessionId
     goal: str = Field(min_length=1)
     status: str = Field(min_length=1, max_length=64)
-    task_queue: list[TaskId] = Field(default_factory=list)
+    task_queue: list[str] = Field(default_factory=list)
     """The planner's list of task ids, kept in the document; ``next_task`` uses the Redis queue."""
     version: int = Field(0, ge=0)
     """The version this copy was read at; ``save_session`` stores ``version + 1``."""
+
+    @field_validator("task_queue")
+    @classmethod
+    def _task_ids(cls, value: list[str]) -> list[str]:
+        if all(map(_PLAIN_ID.fullmatch, value)):  # the common case, without a call per id
+            return value
+        for i, task_id in enumerate(value):
+            try:
+                check_id(task_id, "task id")
+            except InvalidIdentifier as exc:
+                raise ValueError(f"item {i}: {exc}") from None
+        return value
 
 
 class Task(BaseModel):
@@ -128,8 +148,11 @@ def parse(model: type[M], value: M | Mapping[str, Any]) -> M:
 
 
 def dump(document: BaseModel) -> bytes:
-    """The JSON stored for ``document``."""
-    return orjson.dumps(document.model_dump())
+    """The JSON stored for ``document``; a session's starts with ``{"version":N,``."""
+    fields = document.model_dump()
+    if isinstance(document, Session):
+        fields = {"version": fields.pop("version"), **fields}
+    return orjson.dumps(fields)
 
 
 def load(model: type[M], raw: bytes | str) -> M:

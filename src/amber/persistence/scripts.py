@@ -20,10 +20,12 @@ SAVE_SESSION = (
 -- ARGV[1] expected version v, ARGV[2] session JSON already carrying version v+1,
 -- ARGV[3] TTL in ms, ARGV[4] session_id
 -- Returns {1, v+1} when written, {0, stored version} on a version conflict.
+-- amber writes the version first ({"version":N,...}), read without decoding the JSON.
 local expected = tonumber(ARGV[1])
 local current = redis.call('GET', KEYS[1])
 if current then
-  local stored = cjson.decode(current)['version']
+  local stored = tonumber(string.match(current, '^{"version":(%d+),'))
+  if stored == nil then stored = cjson.decode(current)['version'] end
   if stored ~= expected then return {0, stored} end
 end
 """

@@ -167,3 +167,14 @@ async def test_delete_session_takes_its_tasks(
     assert isinstance(info.value, NotFound) and info.value.session_id == "doomed"  # type: ignore[attr-defined]
     left = {k.decode() for k in keys_under(raw, prefix)}
     assert not any("doomed" in k for k in left)
+
+
+async def test_a_document_with_the_version_elsewhere_is_still_checked(
+    pm: PersistenceManager, raw: redis.Redis
+) -> None:
+    doc = b'{"goal":"g","status":"planning","task_queue":[],"session_id":"s","version":4}'
+    raw.set(pm.keys.session("s"), doc)  # not written by amber: version is not first
+    with pytest.raises(VersionConflictError) as info:
+        await pm.save_session(session("s", version=3))
+    assert info.value.actual == 4  # type: ignore[attr-defined]
+    assert (await pm.save_session(session("s", version=4))).version == 5

@@ -41,6 +41,22 @@ async def pm(engines: Engines, prefix: str) -> AsyncIterator[PersistenceManager]
         yield manager
 
 
+DAY_MS = 24 * 3600 * 1000
+"""The 24 h TTL of sessions, tasks and default reviews, in ms."""
+
+
+def session(sid: str, **change: object) -> dict[str, object]:
+    """A valid session document (the seed's example), with ``change`` applied."""
+    return {"session_id": sid, "goal": "Research trending AI topics", "status": "planning",
+            **change}  # fmt: skip
+
+
+def task(tid: str, **change: object) -> dict[str, object]:
+    """A valid task document (the seed's example), with ``change`` applied."""
+    return {"id": tid, "type": "mcp_call", "mcp_tool": "twitter_trends",
+            "parameters": {"location": "US"}, **change}  # fmt: skip
+
+
 def keys_under(client: redis.Redis, prefix: str) -> list[bytes]:
     """Every key stored under ``prefix`` (SCAN; tests only)."""
     return list(client.scan_iter(match=f"{prefix}:*", count=1000))

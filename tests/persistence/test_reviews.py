@@ -10,7 +10,7 @@ import redis
 
 from amber.persistence import PersistenceManager, ReviewItem, ValidationError
 
-from .conftest import keys_under
+from .conftest import DAY_MS, keys_under
 
 HOURS_2 = timedelta(hours=2)
 
@@ -37,7 +37,7 @@ async def test_review_lives_until_expires_at(pm: PersistenceManager, raw: redis.
 
 async def test_default_expiry_is_24h(pm: PersistenceManager, raw: redis.Redis) -> None:
     await pm.save_review({"review_id": "r1", "task_id": "t1", "confidence": 0.5})
-    assert 24 * 3600_000 - 60_000 < raw.pttl(pm.keys.review("r1")) <= 24 * 3600_000
+    assert DAY_MS - 60_000 < raw.pttl(pm.keys.review("r1")) <= DAY_MS
 
 
 async def test_a_review_past_expires_at_is_missing_even_if_redis_holds_it(

@@ -18,14 +18,7 @@ from amber.persistence import (
 )
 
 from ..conftest import Engines
-from .conftest import keys_under
-
-DAY_MS = 24 * 3600 * 1000
-
-
-def session(sid: str, **change: object) -> dict[str, object]:
-    return {"session_id": sid, "goal": "Research trending AI topics", "status": "planning",
-            **change}  # fmt: skip
+from .conftest import DAY_MS, keys_under, session
 
 
 async def test_save_then_get_returns_the_next_version(

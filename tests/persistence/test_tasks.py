@@ -15,14 +15,7 @@ from amber.persistence import (
 )
 
 from ..conftest import Engines
-from .conftest import keys_under
-
-DAY_MS = 24 * 3600 * 1000
-
-
-def task(tid: str, **change: object) -> dict[str, object]:
-    return {"id": tid, "type": "mcp_call", "mcp_tool": "twitter_trends",
-            "parameters": {"location": "US"}, **change}  # fmt: skip
+from .conftest import DAY_MS, keys_under, task
 
 
 @pytest.fixture

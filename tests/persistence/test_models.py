@@ -100,3 +100,17 @@ def test_tampered_documents_are_reported() -> None:
     with pytest.raises(ValidationError, match="version") as info:
         load(Session, orjson.dumps({**SESSION, "version": "x"}))
     assert info.value.stored is True  # type: ignore[attr-defined]
+
+
+def test_errors_keep_their_context_across_processes() -> None:
+    import pickle  # exceptions only: this is how multiprocessing hands them back
+
+    from amber import NotFound, StoreUnavailable
+    from amber.persistence import RedisConnectionError, SessionNotFoundError, VersionConflictError
+
+    err = pickle.loads(
+        pickle.dumps(VersionConflictError("stale", session_id="s", expected=1, actual=2))
+    )
+    assert (err.expected, err.actual, err.session_id) == (1, 2, "s")  # type: ignore[attr-defined]
+    assert issubclass(SessionNotFoundError, NotFound)
+    assert issubclass(RedisConnectionError, StoreUnavailable)

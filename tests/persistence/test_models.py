@@ -86,6 +86,18 @@ def test_an_edited_model_is_checked_again() -> None:
         parse(Session, session)
 
 
+def test_a_bad_assignment_is_amber_s_error_at_save() -> None:
+    session = parse(Session, SESSION)
+    session.status = ""
+    with pytest.raises(ValidationError) as info:
+        parse(Session, session)
+    assert info.value.field == "status"  # type: ignore[attr-defined]
+
+
+def test_a_stored_session_starts_with_its_version() -> None:
+    assert dump(parse(Session, SESSION)).startswith(b'{"version":1,"session_id":"sess_abc123",')
+
+
 def test_json_round_trip_is_plain_json() -> None:
     for model, doc in ((Session, SESSION), (Task, TASK), (ReviewItem, REVIEW)):
         checked = parse(model, doc)

@@ -21,7 +21,9 @@ from amber import defaults
 from amber.errors import InvalidIdentifier, ValidationError
 from amber.keys import check_id
 
-_STRICT = ConfigDict(extra="forbid", validate_assignment=True)
+_STRICT = ConfigDict(extra="forbid")
+"""Unknown fields are refused. Edits to a model are checked when it is saved, so every
+bad value, set at construction or later, is amber's ``ValidationError`` naming it."""
 
 
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.@+=-]{1,128}")
@@ -45,13 +47,16 @@ class Session(BaseModel):
 
     model_config = _STRICT
 
+    version: int = Field(0, ge=0)
+    """The version this copy was read at; ``save_session`` stores ``version + 1``.
+
+    Declared first, so the stored JSON starts with ``{"version":N,`` and the save
+    script reads it without decoding the document."""
     session_id: SessionId
     goal: str = Field(min_length=1)
     status: str = Field(min_length=1, max_length=64)
     task_queue: list[str] = Field(default_factory=list)
     """The planner's list of task ids, kept in the document; ``next_task`` uses the Redis queue."""
-    version: int = Field(0, ge=0)
-    """The version this copy was read at; ``save_session`` stores ``version + 1``."""
 
     @field_validator("task_queue")
     @classmethod
@@ -148,11 +153,8 @@ def parse(model: type[M], value: M | Mapping[str, Any]) -> M:
 
 
 def dump(document: BaseModel) -> bytes:
-    """The JSON stored for ``document``; a session's starts with ``{"version":N,``."""
-    fields = document.model_dump()
-    if isinstance(document, Session):
-        fields = {"version": fields.pop("version"), **fields}
-    return orjson.dumps(fields)
+    """The JSON stored for ``document``, fields in declaration order."""
+    return orjson.dumps(document.model_dump())
 
 
 def load(model: type[M], raw: bytes | str) -> M:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from amber import InvalidIdentifier, NotFound
+from amber import AmberError, InvalidIdentifier, NotFound
 from amber.persistence import (
     PersistenceManager,
     Session,
@@ -171,3 +171,13 @@ async def test_a_document_with_the_version_elsewhere_is_still_checked(
         await pm.save_session(session("s", version=3))
     assert info.value.actual == 4  # type: ignore[attr-defined]
     assert (await pm.save_session(session("s", version=4))).version == 5
+
+
+async def test_a_key_of_another_type_is_an_amber_error(
+    pm: PersistenceManager, raw: redis.Redis
+) -> None:
+    raw.hset(pm.keys.session("odd"), "f", "v")  # not a session document
+    with pytest.raises(AmberError, match="Redis refused the command"):
+        await pm.get_session("odd")
+    with pytest.raises(AmberError, match="Redis refused the command"):
+        await pm.save_session(session("odd"))

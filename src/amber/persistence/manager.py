@@ -25,6 +25,7 @@ from amber.config import load_settings
 from amber.engines.embedded import ensure_embedded
 from amber.engines.stack import redact
 from amber.errors import (
+    AmberError,
     RedisConnectionError,
     SessionNotFoundError,
     ValidationError,
@@ -100,13 +101,16 @@ class PersistenceManager:
     # -- plumbing ---------------------------------------------------------------------
     @contextmanager
     def _reachable(self) -> Iterator[None]:
-        """Turn a refused, dropped or timed-out connection into ``RedisConnectionError``."""
+        """Turn a refused, dropped or timed-out connection into ``RedisConnectionError``,
+        and a command Redis refused (e.g. a key of another type) into ``AmberError``."""
         try:
             yield
         except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
             raise RedisConnectionError(
                 f"Redis did not answer: {type(exc).__name__}: {exc}", url=self.url
             ) from None
+        except rex.ResponseError as exc:
+            raise AmberError(f"Redis refused the command: {exc}", url=self.url) from None
 
     async def _run(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with self._reachable():

@@ -5,11 +5,13 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from amber import StoreUnavailable
+from amber.engines.embedded import stop_embedded
 from amber.persistence import PersistenceManager, RedisConnectionError, ValidationError
 
 from ..conftest import Engines
@@ -86,3 +88,16 @@ def test_bad_construction_is_refused(engines: Engines) -> None:
         PersistenceManager(engines.redis_url, client=aioredis.Redis())
     with pytest.raises(ValidationError, match="task_ttl"):
         PersistenceManager(engines.redis_url, task_ttl=0)
+
+
+async def test_no_url_starts_the_embedded_redis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AMBER_REDIS_URL", raising=False)
+    try:
+        async with PersistenceManager(prefix="embedded-check", data_dir=tmp_path) as pm:
+            assert pm.url.startswith("unix://")  # its own server, under data_dir
+            await pm.save_session({"session_id": "s", "goal": "g", "status": "planning"})
+            assert [s.session_id for s in await pm.list_sessions()] == ["s"]
+    finally:
+        stop_embedded(tmp_path)

@@ -43,3 +43,12 @@ ID_MAX_LEN = 128
 
 KEY_MAX_LEN = 512
 """Longest L1 key name."""
+
+SESSION_TTL = 24 * HOUR
+"""Lifetime of a stored session, renewed by every save (persistence module)."""
+
+TASK_TTL = 24 * HOUR
+"""Lifetime of a stored task and of its session's task queue (persistence module)."""
+
+REVIEW_TTL = 24 * HOUR
+"""How long a review waits when it is saved without ``expires_at``."""

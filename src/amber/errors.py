@@ -101,3 +101,19 @@ class WalError(AmberError):
 
 class WalCorruption(WalError):
     """A WAL segment or checkpoint file failed its checksum; names file and offset."""
+
+
+class ValidationError(AmberError, ValueError):
+    """A session, task or review failed validation; ``field`` names the first bad field."""
+
+
+class VersionConflictError(AmberError):
+    """A session was saved with a version other than the stored one; carries both."""
+
+
+class SessionNotFoundError(NotFound):
+    """No session with this id exists (or it has expired)."""
+
+
+class RedisConnectionError(StoreUnavailable):
+    """Redis did not answer within the timeout, or refused the connection."""

@@ -113,3 +113,44 @@ class Keys:
     def all_keys_pattern(self) -> str:
         """SCAN pattern matching every key under this prefix (repair and cleanup only)."""
         return f"{self.prefix}:*"
+
+    # -- persistence (sessions, tasks, reviews) ----------------------------------------
+    def session_base(self) -> str:
+        """Common start of every session key: ``<prefix>:session:``."""
+        return f"{self.prefix}:session:"
+
+    def session(self, session_id: str) -> str:
+        """One session document (JSON): ``<prefix>:session:<session_id>``."""
+        return self.session_base() + check_id(session_id, "session_id")
+
+    def session_index(self) -> str:
+        """Sorted set of session ids, scored by when each session expires (ms)."""
+        return f"{self.prefix}:session_index"
+
+    def task_base(self) -> str:
+        """Common start of every task key: ``<prefix>:task:``."""
+        return f"{self.prefix}:task:"
+
+    def task(self, task_id: str) -> str:
+        """One task document (JSON): ``<prefix>:task:<task_id>``."""
+        return self.task_base() + check_id(task_id, "task_id")
+
+    def task_queue(self, session_id: str) -> str:
+        """List of a session's queued task ids: ``<prefix>:task_queue:<session_id>``."""
+        return f"{self.prefix}:task_queue:{check_id(session_id, 'session_id')}"
+
+    def session_tasks(self, session_id: str) -> str:
+        """Set of every task id saved into a session, so deleting it finds them all."""
+        return f"{self.prefix}:session_tasks:{check_id(session_id, 'session_id')}"
+
+    def review_base(self) -> str:
+        """Common start of every review key: ``<prefix>:review:``."""
+        return f"{self.prefix}:review:"
+
+    def review(self, review_id: str) -> str:
+        """One review document (JSON): ``<prefix>:review:<review_id>``."""
+        return self.review_base() + check_id(review_id, "review_id")
+
+    def review_queue(self) -> str:
+        """Sorted set of pending review ids, scored by ``expires_at`` (ms)."""
+        return f"{self.prefix}:review_queue"

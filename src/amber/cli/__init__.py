@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from amber.cli import analyses, checkpoints, demo, engines, memory
+from amber.cli import analyses, checkpoints, demo, engines, memory, sessions
 from amber.cli.app import app
 
-__all__ = ["analyses", "app", "checkpoints", "demo", "engines", "main", "memory"]
+__all__ = ["analyses", "app", "checkpoints", "demo", "engines", "main", "memory", "sessions"]
 
 
 def main() -> None:

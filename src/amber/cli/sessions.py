@@ -1,0 +1,80 @@
+"""``amber sessions list|show`` and ``amber reviews list``: the persistence module's queues."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+from rich.table import Table
+
+from amber.cli.app import OPTIONS, app, console, friendly
+from amber.errors import SessionNotFoundError
+from amber.persistence import PersistenceManager, Session, Task
+
+sessions_app = typer.Typer(help="Agent sessions and their task queues.", no_args_is_help=True)
+reviews_app = typer.Typer(help="Reviews waiting for a human.", no_args_is_help=True)
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(reviews_app, name="reviews")
+
+T = TypeVar("T")
+
+Limit = Annotated[int, typer.Option(min=0, help="Most rows to show (0: all).")]
+
+
+def _with_manager(work: Callable[[PersistenceManager], Awaitable[T]]) -> T:
+    """Run ``work`` on a manager opened with the shared options, then close it."""
+
+    async def run() -> T:
+        async with PersistenceManager(
+            OPTIONS.redis_url, prefix=OPTIONS.prefix, data_dir=OPTIONS.data_dir
+        ) as pm:
+            return await work(pm)
+
+    return asyncio.run(run())
+
+
+@sessions_app.command("list")
+@friendly
+def list_sessions(limit: Limit = 100) -> None:
+    """List live sessions, most recently saved first."""
+    sessions = _with_manager(lambda pm: pm.list_sessions(limit))
+    table = Table("session_id", "status", "version", "planned tasks", "goal")
+    for s in sessions:
+        table.add_row(s.session_id, s.status, str(s.version), str(len(s.task_queue)), s.goal)
+    console.print(table)
+    console.print(f"{len(sessions)} session(s)")
+
+
+@sessions_app.command("show")
+@friendly
+def show_session(session_id: str) -> None:
+    """Show one session and the tasks still queued in it."""
+
+    async def load(pm: PersistenceManager) -> tuple[Session, list[Task]]:
+        session = await pm.get_session(session_id)
+        if session is None:
+            raise SessionNotFoundError("no such session", session_id=session_id)
+        return session, await pm.list_tasks(session_id)
+
+    session, tasks = _with_manager(load)
+    console.print_json(data=session.model_dump())
+    table = Table("task id", "type", "mcp_tool", "timeout", "parameters")
+    for t in tasks:
+        timeout = "" if t.timeout is None else f"{t.timeout:g}s"
+        table.add_row(t.id, t.type, t.mcp_tool or "", timeout, str(t.parameters))
+    console.print(table)
+    console.print(f"{len(tasks)} queued task(s)")
+
+
+@reviews_app.command("list")
+@friendly
+def list_reviews(limit: Limit = 100) -> None:
+    """List pending reviews, soonest to expire first."""
+    reviews = _with_manager(lambda pm: pm.list_reviews(limit))
+    table = Table("review_id", "task_id", "confidence", "expires_at")
+    for r in reviews:
+        table.add_row(r.review_id, r.task_id, f"{r.confidence:.2f}", r.expires_at.isoformat())
+    console.print(table)
+    console.print(f"{len(reviews)} pending review(s)")

@@ -1,0 +1,168 @@
+"""The documents the persistence module stores, validated by pydantic, and their JSON.
+
+Pure code, no I/O: ``parse`` turns a dict (or a model) into a checked model or
+raises amber's ``ValidationError`` naming the first bad field; ``dump`` and
+``load`` are the JSON (orjson) stored in Redis. Nothing here can run code when
+loaded: no pickle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import pydantic
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from amber import defaults
+from amber.errors import InvalidIdentifier, ValidationError
+from amber.keys import check_id
+
+_STRICT = ConfigDict(extra="forbid")
+"""Unknown fields are refused. Edits to a model are checked when it is saved, so every
+bad value, set at construction or later, is amber's ``ValidationError`` naming it."""
+
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.@+=-]{1,128}")
+"""Ids made only of these characters pass ``check_id``; others are checked by it."""
+
+
+def _id(kind: str) -> AfterValidator:
+    def check(value: str) -> str:
+        return value if _PLAIN_ID.fullmatch(value) else check_id(value, kind)
+
+    return AfterValidator(check)
+
+
+SessionId = Annotated[str, _id("session_id")]
+TaskId = Annotated[str, _id("task id")]
+ReviewId = Annotated[str, _id("review_id")]
+
+
+class Session(BaseModel):
+    """An agent session (the seed's GlobalState): its goal, status, planned tasks and version."""
+
+    model_config = _STRICT
+
+    version: int = Field(0, ge=0)
+    """The version this copy was read at; ``save_session`` stores ``version + 1``.
+
+    Declared first, so the stored JSON starts with ``{"version":N,`` and the save
+    script reads it without decoding the document."""
+    session_id: SessionId
+    goal: str = Field(min_length=1)
+    status: str = Field(min_length=1, max_length=64)
+    task_queue: list[str] = Field(default_factory=list)
+    """The planner's list of task ids, kept in the document; ``next_task`` uses the Redis queue."""
+
+    @field_validator("task_queue")
+    @classmethod
+    def _task_ids(cls, value: list[str]) -> list[str]:
+        if all(map(_PLAIN_ID.fullmatch, value)):  # the common case, without a call per id
+            return value
+        for i, task_id in enumerate(value):
+            try:
+                check_id(task_id, "task id")
+            except InvalidIdentifier as exc:
+                raise ValueError(f"item {i}: {exc}") from None
+        return value
+
+
+class Task(BaseModel):
+    """A unit of work for a worker, e.g. one MCP tool call, queued in one session."""
+
+    model_config = _STRICT
+
+    id: TaskId
+    type: str = Field(min_length=1, max_length=64)
+    mcp_tool: str | None = Field(None, min_length=1)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    timeout: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Seconds a worker may spend on the task; None: no limit."""
+    session_id: SessionId | None = None
+    """The session whose queue holds the task; ``save_task`` fills it in."""
+
+    @field_validator("parameters")
+    @classmethod
+    def _json_parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            orjson.dumps(value)
+        except TypeError as exc:
+            raise ValueError(f"parameters must be JSON: {exc}") from None
+        return value
+
+
+def _default_expiry() -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=defaults.REVIEW_TTL)
+
+
+class ReviewItem(BaseModel):
+    """A task result waiting for a human decision until ``expires_at``."""
+
+    model_config = _STRICT
+
+    review_id: ReviewId
+    task_id: TaskId
+    confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    expires_at: AwareDatetime = Field(default_factory=_default_expiry)
+    """When the review stops being pending (timezone required); default: in 24 h."""
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """True once ``expires_at`` has passed."""
+        return self.expires_at <= (now or datetime.now(UTC))
+
+    def expires_at_ms(self) -> int:
+        """``expires_at`` as Unix milliseconds (the review queue's score)."""
+        return int(self.expires_at.timestamp() * 1000)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+_KIND = {Session: "session", Task: "task", ReviewItem: "review"}
+
+
+def _invalid(model: type[BaseModel], exc: pydantic.ValidationError, **ids: Any) -> ValidationError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "(document)"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    kind = _KIND.get(model, model.__name__)
+    return ValidationError(f"invalid {kind}: {field}: {message}{more}", field=field, **ids)
+
+
+def parse(model: type[M], value: M | Mapping[str, Any]) -> M:
+    """``value`` (a dict or a model, maybe edited since) checked as ``model``.
+
+    Raises ``ValidationError`` naming the first bad field.
+    """
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if not isinstance(value, Mapping):
+        kind = _KIND.get(model, model.__name__)
+        raise ValidationError(
+            f"a {kind} must be a dict or {model.__name__}, got {type(value).__name__}",
+            field="(document)",
+        )
+    try:
+        return model.model_validate(value)
+    except pydantic.ValidationError as exc:
+        raise _invalid(model, exc) from None
+
+
+def dump(document: BaseModel) -> bytes:
+    """The JSON stored for ``document``, fields in declaration order."""
+    return orjson.dumps(document.model_dump())
+
+
+def load(model: type[M], raw: bytes | str) -> M:
+    """A stored document back as ``model``; ``ValidationError`` if it was tampered with."""
+    try:
+        return model.model_validate(orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        kind = _KIND.get(model, model.__name__)
+        raise ValidationError(f"stored {kind} is not JSON: {exc}", field="(document)") from None
+    except pydantic.ValidationError as exc:
+        raise _invalid(model, exc, stored=True) from None

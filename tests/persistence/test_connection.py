@@ -1,0 +1,103 @@
+"""Construction and an unreachable Redis: RedisConnectionError quickly, never a hang."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from amber import StoreUnavailable
+from amber.engines.embedded import stop_embedded
+from amber.persistence import PersistenceManager, RedisConnectionError, ValidationError
+
+from ..conftest import Engines
+
+
+@pytest.fixture
+def refused_url() -> str:
+    with socket.socket() as s:  # a port that was free a moment ago: nobody listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"redis://127.0.0.1:{port}/0"
+
+
+@pytest.fixture
+def silent_url() -> Iterator[str]:
+    with socket.socket() as s:  # accepts connections (backlog) but never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+
+
+async def _every_call_fails_fast(pm: PersistenceManager, within: float) -> None:
+    calls = [
+        lambda: pm.save_session({"session_id": "s", "goal": "g", "status": "planning"}),
+        lambda: pm.get_session("s"),
+        lambda: pm.save_task({"id": "t", "type": "x"}, session_id="s"),
+        lambda: pm.next_task("s"),
+        lambda: pm.list_tasks("s"),
+        lambda: pm.list_reviews(),
+        lambda: pm.remove_review("r"),
+    ]
+    for call in calls:
+        started = time.monotonic()
+        with pytest.raises(RedisConnectionError) as info:
+            await call()
+        assert time.monotonic() - started < within
+        assert isinstance(info.value, StoreUnavailable)
+        assert "Redis did not answer" in str(info.value)
+
+
+async def test_refused_connection(refused_url: str) -> None:
+    async with PersistenceManager(refused_url, prefix="p", timeout=1) as pm:
+        await _every_call_fails_fast(pm, within=1.0)
+
+
+async def test_server_that_never_answers(silent_url: str) -> None:
+    async with PersistenceManager(silent_url, prefix="p", timeout=0.2) as pm:
+        started = time.monotonic()
+        with pytest.raises(RedisConnectionError):
+            await pm.get_session("s")
+        assert time.monotonic() - started < 2.0  # one retry at most, each bounded
+
+
+async def test_a_client_passed_in_is_used_and_left_open(engines: Engines, prefix: str) -> None:
+    client = aioredis.Redis.from_url(engines.redis_url, decode_responses=True)
+    async with PersistenceManager(client=client, prefix=prefix) as pm:
+        await pm.save_session({"session_id": "s", "goal": "g", "status": "planning"})
+        await pm.save_task({"id": "t", "type": "x"}, session_id="s")
+        task = await pm.next_task("s")
+        assert task is not None and task.id == "t"
+        assert [s.session_id for s in await pm.list_sessions()] == ["s"]
+    assert await client.ping() is True
+    await client.aclose()
+
+
+async def test_url_and_prefix_come_from_settings(engines: Engines) -> None:
+    async with PersistenceManager() as pm:  # AMBER_REDIS_URL and AMBER_PREFIX, set by the suite
+        assert pm.keys.prefix == engines.prefix
+        assert await pm.get_session("nobody") is None
+
+
+def test_bad_construction_is_refused(engines: Engines) -> None:
+    with pytest.raises(ValidationError, match="not both"):
+        PersistenceManager(engines.redis_url, client=aioredis.Redis())
+    with pytest.raises(ValidationError, match="task_ttl"):
+        PersistenceManager(engines.redis_url, task_ttl=0)
+
+
+async def test_no_url_starts_the_embedded_redis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AMBER_REDIS_URL", raising=False)
+    try:
+        async with PersistenceManager(prefix="embedded-check", data_dir=tmp_path) as pm:
+            assert pm.url.startswith("unix://")  # its own server, under data_dir
+            await pm.save_session({"session_id": "s", "goal": "g", "status": "planning"})
+            assert [s.session_id for s in await pm.list_sessions()] == ["s"]
+    finally:
+        stop_embedded(tmp_path)

@@ -66,25 +66,25 @@ def run_demo(stack: Stack, lose_redis: Callable[[], str],
     timeline.append({"event": "paused", "reason": first.reason, "calls_so_far": market.calls_made})
     say(f"day 5, 14:47 - paused: {first.reason} ({market.calls_made} calls made)")
 
+    def resume(scenario: str, by: str, koyfin_quota: int | None) -> ResumeReport:
+        market.set_quota("koyfin", koyfin_quota)
+        report = pauses.resume(aid, by=by)
+        per_run.append(market.calls_made - sum(per_run))
+        resumes.append({"scenario": scenario, **report.as_dict()})
+        say(_summary(report))
+        return report
+
     gone = expire_l1(stack, agents)
     timeline.append({"event": "l1_expired", "keys_deleted": gone})
     say(f"overnight - working memory expired: {gone} keys gone; snapshots remain")
-    market.set_quota("koyfin", KOYFIN_SECOND)
-    report = pauses.resume(aid, by="analyst on day 6")
-    per_run.append(market.calls_made - sum(per_run))
-    resumes.append(_resume_entry("after L1 expiry", report))
-    say(_summary(report))
+    report = resume("after L1 expiry", "analyst on day 6", KOYFIN_SECOND)
     second = _expect_pause(report.paused_again, "second")
     timeline.append({"event": "paused", "reason": second.reason, "calls_so_far": market.calls_made})
 
     how = lose_redis()
     timeline.append({"event": "redis_lost", "how": how})
     say(f"weekend - {how}")
-    market.set_quota("koyfin", None)
-    report = pauses.resume(aid, by="analyst on day 9")
-    per_run.append(market.calls_made - sum(per_run))
-    resumes.append(_resume_entry("after Redis lost everything", report))
-    say(_summary(report))
+    resume("after Redis lost everything", "analyst on day 9", None)
 
     status = stack.analyses.get(aid).status
     return {
@@ -106,10 +106,6 @@ def _expect_pause(report: PauseReport | None, which: str) -> PauseReport:
     if report is None:
         raise AmberError(f"the {which} quota exhaustion did not pause the analysis")
     return report
-
-
-def _resume_entry(scenario: str, report: ResumeReport) -> dict[str, Any]:
-    return {"scenario": scenario, **report.as_dict()}
 
 
 def _summary(report: ResumeReport) -> str:

@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
-WRITE = """
+
+def _bump_sequence(seq_key: str, explicit: str, ttl: str) -> str:
+    """Lua that sets the agent's sequence to ``explicit`` if given, else increments it."""
+    return f"""
+local seq
+if {explicit} ~= '' then
+  redis.call('SET', {seq_key}, {explicit})
+  seq = tonumber({explicit})
+else
+  seq = redis.call('INCR', {seq_key})
+end
+redis.call('PEXPIRE', {seq_key}, {ttl})
+"""
+
+
+WRITE = (
+    """
 -- One L1 mutation plus its bookkeeping, atomically.
 -- KEYS[1] the L1 key, KEYS[2] the agent's index hash, KEYS[3] the agent's sequence
 -- ARGV[1] command (SET, RPUSH, HSET, ...), ARGV[2] key name, ARGV[3] expected type
@@ -20,21 +36,18 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 else
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
-local seq
-if ARGV[5] ~= '' then
-  redis.call('SET', KEYS[3], ARGV[5])
-  seq = tonumber(ARGV[5])
-else
-  seq = redis.call('INCR', KEYS[3])
-end
-redis.call('PEXPIRE', KEYS[3], ttl)
+"""
+    + _bump_sequence("KEYS[3]", "ARGV[5]", "ttl")
+    + """
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return {result, seq}
 """
+)
 
-DELETE = """
+DELETE = (
+    """
 -- Delete L1 keys and drop them from the index, atomically.
 -- KEYS[1] index, KEYS[2] sequence, KEYS[3..] the L1 keys
 -- ARGV[1] TTL in ms for the sequence, ARGV[2] explicit sequence or '', ARGV[3..] key names
@@ -43,16 +56,12 @@ for i = 3, #KEYS do
   n = n + redis.call('DEL', KEYS[i])
   redis.call('HDEL', KEYS[1], ARGV[i])
 end
-local seq
-if ARGV[2] ~= '' then
-  redis.call('SET', KEYS[2], ARGV[2])
-  seq = tonumber(ARGV[2])
-else
-  seq = redis.call('INCR', KEYS[2])
-end
-redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[1]))
+"""
+    + _bump_sequence("KEYS[2]", "ARGV[2]", "tonumber(ARGV[1])")
+    + """
 return {n, seq}
 """
+)
 
 READ = """
 -- Read an agent's whole L1 at one instant.

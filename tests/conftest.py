@@ -59,8 +59,10 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
         conn.execute(f'CREATE DATABASE "{dbname}"')
     database_url = make_conninfo(admin_url, dbname=dbname)
     prefix = f"amber-test-{run}"
-    saved = {k: os.environ.get(k) for k in ("AMBER_REDIS_URL", "AMBER_DATABASE_URL",
-                                            "AMBER_PREFIX", "AMBER_DATA_DIR")}  # fmt: skip
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AMBER_REDIS_URL", "AMBER_DATABASE_URL", "AMBER_PREFIX", "AMBER_DATA_DIR")
+    }
     os.environ.update(
         AMBER_REDIS_URL=redis_url,
         AMBER_DATABASE_URL=database_url,

@@ -21,7 +21,8 @@ examples = [
 
 
 @pytest.mark.parametrize("code", examples)
-def test_doc_example_runs(code: str, engines: Engines, tmp_path: Path,
-                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_doc_example_runs(
+    code: str, engines: Engines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "<doc>", "exec"), {"__name__": "__doc_example__"})

@@ -87,10 +87,11 @@ def fresh_dir(tmp_path: Path) -> Path:
 
 def test_two_processes_starting_at_once_share_one_of_each(fresh_dir: Path) -> None:
     procs = [
-        subprocess.Popen([sys.executable, "-c", STATE_SCRIPT, str(fresh_dir)],
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", STATE_SCRIPT, str(fresh_dir)], stdout=subprocess.PIPE, text=True
+        )
         for _ in range(2)
-    ]  # fmt: skip
+    ]
     outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert outs[0] == outs[1] and outs[0]["redis"] and outs[0]["postgresql"]
@@ -99,8 +100,9 @@ def test_two_processes_starting_at_once_share_one_of_each(fresh_dir: Path) -> No
 def test_killed_holder_leaves_servers_that_are_found_and_stopped(fresh_dir: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", STATE_SCRIPT + "\nimport time; time.sleep(60)", str(fresh_dir)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None
     pids = json.loads(holder.stdout.readline())
     os.kill(holder.pid, signal.SIGKILL)

@@ -38,8 +38,21 @@ def test_prefix_isolates() -> None:
     assert Keys("tenant-b").l1("a", "k") == "tenant-b:L1:{a}:working:k"
 
 
-BAD_IDS = ["", "a*", "a?b", "a[1]", "x]", "{a}", "a}", "a:b", "tab\there", "nul\x00", "x" * 129,
-           " lead", "back\\slash"]  # fmt: skip
+BAD_IDS = [
+    "",
+    "a*",
+    "a?b",
+    "a[1]",
+    "x]",
+    "{a}",
+    "a}",
+    "a:b",
+    "tab\there",
+    "nul\x00",
+    "x" * 129,
+    " lead",
+    "back\\slash",
+]
 
 
 @pytest.mark.parametrize("bad", BAD_IDS)

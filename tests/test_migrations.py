@@ -16,8 +16,9 @@ from .conftest import Engines
 
 @pytest.fixture
 def pool(engines: Engines) -> ConnectionPool:
-    with ConnectionPool(engines.database_url, min_size=1, max_size=8,
-                        kwargs={"autocommit": True}) as p:  # fmt: skip
+    with ConnectionPool(
+        engines.database_url, min_size=1, max_size=8, kwargs={"autocommit": True}
+    ) as p:
         yield p
 
 

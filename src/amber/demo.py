@@ -46,8 +46,9 @@ def _calls_from_scratch(per_run: list[int]) -> int:
     return sum(sum(per_run[: i + 1]) for i in range(len(per_run)))
 
 
-def run_demo(stack: Stack, lose_redis: Callable[[], str],
-             say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:  # fmt: skip
+def run_demo(
+    stack: Stack, lose_redis: Callable[[], str], say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Run the scenario and return its report (see the module docstring)."""
     t0 = time.perf_counter()
     market = MarketDataClient(quotas={"koyfin": KOYFIN_FIRST})
@@ -109,7 +110,8 @@ def _expect_pause(report: PauseReport | None, which: str) -> PauseReport:
 
 
 def _summary(report: ResumeReport) -> str:
-    paths = ", ".join(f"{t}: {r.path} ({r.keys} keys, {r.ms:.1f} ms)"
-                      for t, r in report.recovery.items())  # fmt: skip
+    paths = ", ".join(
+        f"{t}: {r.path} ({r.keys} keys, {r.ms:.1f} ms)" for t, r in report.recovery.items()
+    )
     tail = f"; paused again: {report.paused_again.reason}" if report.paused_again else "; done"
     return f"resumed - {paths}{tail}"

@@ -35,8 +35,12 @@ class Probe(BaseAgent):
 
 @pytest.fixture
 def agent(stack: amber.Stack, uid: Callable[[str], str]) -> Probe:
-    a = Probe(str(uuid.uuid4()), "AAPL", stack.memory(uid("probe")),
-              config={"model": "m1", "limits": [1, 2]})  # fmt: skip
+    a = Probe(
+        str(uuid.uuid4()),
+        "AAPL",
+        stack.memory(uid("probe")),
+        config={"model": "m1", "limits": [1, 2]},
+    )
     a.complete("one", a.run_subtask("one"))
     a.retry_count = 2
     return a
@@ -66,8 +70,9 @@ def test_pg_fallback_when_backup_missing(stack: amber.Stack, agent: Probe) -> No
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "wrong_sum"])
-def test_corrupt_backup_is_reported_and_skipped(stack: amber.Stack, agent: Probe,
-                                                damage: str) -> None:  # fmt: skip
+def test_corrupt_backup_is_reported_and_skipped(
+    stack: amber.Stack, agent: Probe, damage: str
+) -> None:
     saved = stack.checkpointer.save_checkpoint(agent, "one")
     key = stack.keys.checkpoint(agent.analysis_id, agent.agent_type)
     blob = bytearray(stack.redis.get(key))  # type: ignore[arg-type]
@@ -91,14 +96,18 @@ def test_corrupt_pg_row_falls_back_to_the_previous_one(stack: amber.Stack, agent
     second = stack.checkpointer.save_checkpoint(agent, "two")
     stack.redis.delete(stack.keys.checkpoint(agent.analysis_id, agent.agent_type))
     with stack.pg.connection() as conn:
-        conn.execute("UPDATE agent_checkpoints SET state = %s WHERE checkpoint_id = %s",
-                     (codec.pack(b'{"tampered": true}'), second.checkpoint_id))  # fmt: skip
+        conn.execute(
+            "UPDATE agent_checkpoints SET state = %s WHERE checkpoint_id = %s",
+            (codec.pack(b'{"tampered": true}'), second.checkpoint_id),
+        )
     restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
     assert restored.checkpoint == first
     assert any(second.checkpoint_id in s for s in restored.skipped)
     with stack.pg.connection() as conn:
-        conn.execute("UPDATE agent_checkpoints SET state = %s WHERE analysis_id = %s",
-                     (b"junk", agent.analysis_id))  # fmt: skip
+        conn.execute(
+            "UPDATE agent_checkpoints SET state = %s WHERE analysis_id = %s",
+            (b"junk", agent.analysis_id),
+        )
     with pytest.raises(CheckpointCorrupt):
         stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
 
@@ -108,8 +117,9 @@ def test_nothing_saved_is_not_found(stack: amber.Stack) -> None:
         stack.checkpointer.restore_checkpoint(uuid.uuid4(), "probe_agent")
 
 
-def test_failure_checkpoint_records_reason_details_retries(stack: amber.Stack,
-                                                           agent: Probe) -> None:  # fmt: skip
+def test_failure_checkpoint_records_reason_details_retries(
+    stack: amber.Stack, agent: Probe
+) -> None:
     stack.checkpointer.save_checkpoint(
         agent, None, failure_reason="quota_exhausted", error_details={"provider": "koyfin"}
     )
@@ -131,9 +141,13 @@ def test_durability_mode_decides_where_l1_goes(stack: amber.Stack, agent: Probe)
     hybrid = stack.checkpointer.save_checkpoint(agent, "one")
     dual = stack.checkpointer.save_checkpoint(agent, "one", dual_write=True)
     with stack.pg.connection() as conn:
-        rows = dict(conn.execute(
-            "SELECT checkpoint_id::text, l1_snapshot IS NOT NULL FROM agent_checkpoints"
-            " WHERE analysis_id = %s", (agent.analysis_id,)).fetchall())  # fmt: skip
+        rows = dict(
+            conn.execute(
+                "SELECT checkpoint_id::text, l1_snapshot IS NOT NULL FROM agent_checkpoints"
+                " WHERE analysis_id = %s",
+                (agent.analysis_id,),
+            ).fetchall()
+        )
     assert rows == {hybrid.checkpoint_id: False, dual.checkpoint_id: True}
 
 

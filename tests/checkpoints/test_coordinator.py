@@ -85,12 +85,18 @@ def test_analysts_produce_their_deliverables(stack: amber.Stack) -> None:
     aid = co.start_analysis("AAPL", ANALYSTS)
     results = co.run(aid)
     assert [r.progress for r in results.values()] == [
-        "4 of 4 subtasks", "4 of 4 subtasks", "5 of 5 subtasks"]  # fmt: skip
+        "4 of 4 subtasks",
+        "4 of 4 subtasks",
+        "5 of 5 subtasks",
+    ]
     val = results["valuation_agent"].deliverables
     assert 0.05 < val["wacc_calculation"]["wacc"] < 0.15
     assert len(val["sensitivity_analysis"]["scenarios"]) == 9
-    assert 0 <= results["strategy_analyst"].deliverables["capital_allocation_scoring"][
-        "final_score"] <= 1  # fmt: skip
+    assert (
+        0
+        <= results["strategy_analyst"].deliverables["capital_allocation_scoring"]["final_score"]
+        <= 1
+    )
     assert co.market.calls_made == 50 and co.market.duplicate_calls == 0
 
 

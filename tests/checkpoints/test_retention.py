@@ -42,8 +42,10 @@ def _count(stack: amber.Stack, aid: str, table: str = "agent_checkpoints") -> in
 
 def _age(stack: amber.Stack, aid: str, days: float) -> None:
     with stack.pg.connection() as conn:
-        conn.execute("UPDATE analyses SET updated_at = %s WHERE analysis_id = %s",
-                     (now() - timedelta(days=days), aid))  # fmt: skip
+        conn.execute(
+            "UPDATE analyses SET updated_at = %s WHERE analysis_id = %s",
+            (now() - timedelta(days=days), aid),
+        )
 
 
 def test_success_deletes_checkpoints_and_backups(stack: amber.Stack) -> None:

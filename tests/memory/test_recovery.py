@@ -33,8 +33,9 @@ def test_l1_newer_than_snapshot_is_kept(stack: amber.Stack, mem: AgentMemory) ->
 def test_redis_secondary_path_after_l1_expiry(stack: amber.Stack, mem: AgentMemory) -> None:
     analysis, digest = _setup(stack, mem)
     k = stack.keys
-    stack.redis.delete(*(mem.key(n) for n in mem.keys_list()), k.l1_index(mem.agent_id),
-                       k.l1_seq(mem.agent_id))  # fmt: skip
+    stack.redis.delete(
+        *(mem.key(n) for n in mem.keys_list()), k.l1_index(mem.agent_id), k.l1_seq(mem.agent_id)
+    )
     report = stack.recovery.recover_agent_state(mem.agent_id, analysis, "strategy")
     assert report.path == "redis_secondary" and report.keys == 6
     assert read_memory(stack.redis, k, mem.agent_id).hash == digest
@@ -43,9 +44,13 @@ def test_redis_secondary_path_after_l1_expiry(stack: amber.Stack, mem: AgentMemo
 def test_postgresql_path_when_redis_lost_everything(stack: amber.Stack, mem: AgentMemory) -> None:
     analysis, digest = _setup(stack, mem)
     k = stack.keys
-    stack.redis.delete(*(mem.key(n) for n in mem.keys_list()), k.l1_index(mem.agent_id),
-                       k.l1_seq(mem.agent_id), k.l1_snapshot(mem.agent_id),
-                       k.l1_snapshot_meta(mem.agent_id))  # fmt: skip
+    stack.redis.delete(
+        *(mem.key(n) for n in mem.keys_list()),
+        k.l1_index(mem.agent_id),
+        k.l1_seq(mem.agent_id),
+        k.l1_snapshot(mem.agent_id),
+        k.l1_snapshot_meta(mem.agent_id),
+    )
     report = stack.recovery.recover_agent_state(mem.agent_id, analysis, "strategy")
     assert report.path == "postgresql_checkpoint" and report.keys == 6
     assert read_memory(stack.redis, k, mem.agent_id).hash == digest
@@ -58,8 +63,11 @@ def test_d3_partly_expired_l1_restores_never_passes(stack: amber.Stack, agent_id
     mem.set("capital_allocation_score", 0.75)
     analysis, digest = _setup(stack, mem)
     # overnight: two keys expired; the ROI list is a stale 2-year version
-    stack.redis.delete(mem.key("current_subtask"), mem.key("capital_allocation_score"),
-                       mem.key("aapl_historical_roi"))  # fmt: skip
+    stack.redis.delete(
+        mem.key("current_subtask"),
+        mem.key("capital_allocation_score"),
+        mem.key("aapl_historical_roi"),
+    )
     stack.redis.rpush(mem.key("aapl_historical_roi"), b"0.15", b"0.18")
     report = stack.recovery.recover_agent_state(agent_id, analysis, "strategy")
     assert report.path == "redis_secondary" and "expired" in report.reason
@@ -85,8 +93,13 @@ def test_ttl_24h_to_14d_and_back(stack: amber.Stack, mem: AgentMemory) -> None:
     k, s = stack.keys, stack.settings
     touched = stack.ttl_manager.extend_ttl_on_pause(mem.agent_id)
     assert touched == 6
-    for key in [mem.key("blob"), k.l1_index(mem.agent_id), k.l1_seq(mem.agent_id),
-                k.l1_snapshot(mem.agent_id), k.l1_snapshot_meta(mem.agent_id)]:  # fmt: skip
+    for key in [
+        mem.key("blob"),
+        k.l1_index(mem.agent_id),
+        k.l1_seq(mem.agent_id),
+        k.l1_snapshot(mem.agent_id),
+        k.l1_snapshot_meta(mem.agent_id),
+    ]:
         assert s.active_ttl < stack.redis.ttl(key) <= s.paused_ttl == 14 * 24 * 3600
     stack.ttl_manager.restore_active_ttl_on_resume(mem.agent_id)
     assert 0 < stack.redis.ttl(mem.key("blob")) <= s.active_ttl == 24 * 3600

@@ -89,8 +89,9 @@ TAMPERS = [_tamper_value, _drop_key, _add_key, _change_type, _reorder_list]
 
 
 @pytest.mark.parametrize("tamper", TAMPERS)
-def test_corrupt_secondary_is_detected_and_pg_serves(stack: amber.Stack, mem: AgentMemory,
-                                                     tamper: object) -> None:  # fmt: skip
+def test_corrupt_secondary_is_detected_and_pg_serves(
+    stack: amber.Stack, mem: AgentMemory, tamper: object
+) -> None:
     analysis = str(uuid.uuid4())
     cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
     meta = stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
@@ -104,8 +105,9 @@ def test_corrupt_secondary_is_detected_and_pg_serves(stack: amber.Stack, mem: Ag
 
 
 @pytest.mark.parametrize("tamper", TAMPERS)
-def test_corrupt_postgres_snapshot_is_detected(stack: amber.Stack, mem: AgentMemory,
-                                   tamper: object) -> None:  # fmt: skip
+def test_corrupt_postgres_snapshot_is_detected(
+    stack: amber.Stack, mem: AgentMemory, tamper: object
+) -> None:
     analysis = str(uuid.uuid4())
     cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
     stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
@@ -125,8 +127,9 @@ def test_corrupt_postgres_snapshot_is_detected(stack: amber.Stack, mem: AgentMem
 
 
 @pytest.mark.parametrize("garbage", [b"\x00not zstd", b"", "flip"])
-def test_garbage_secondary_is_reported_not_trusted(stack: amber.Stack, mem: AgentMemory,
-                                                   garbage: bytes | str) -> None:  # fmt: skip
+def test_garbage_secondary_is_reported_not_trusted(
+    stack: amber.Stack, mem: AgentMemory, garbage: bytes | str
+) -> None:
     stack.snapshotter.snapshot_on_checkpoint(mem.agent_id)
     key = stack.keys.l1_snapshot(mem.agent_id)
     if garbage == "flip":  # one bit flipped inside the compressed frame
@@ -161,3 +164,24 @@ def test_restore_of_large_memory(stack: amber.Stack, agent_id: str) -> None:
     report = stack.restorer.restore_from_snapshot(agent_id, uuid.uuid4(), "t")
     assert report is not None and report.keys == 306
     assert codec.memory_hash(read_memory(stack.redis, stack.keys, agent_id).memory) == snap.hash
+
+
+def test_corrupt_newest_pg_snapshot_falls_back_to_an_older_one(
+    stack: amber.Stack, mem: AgentMemory
+) -> None:
+    analysis = str(uuid.uuid4())
+    older = stack.snapshotter.snapshot_on_checkpoint(
+        mem.agent_id, insert_checkpoint(stack, analysis, "strategy", mem.agent_id), dual_write=True
+    )
+    mem.set("later", "x")
+    newest = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
+    stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, newest, dual_write=True)
+    stack.redis.delete(stack.keys.l1_snapshot(mem.agent_id))
+    with stack.pg.connection() as conn:
+        conn.execute(
+            "UPDATE agent_checkpoints SET l1_snapshot = %s WHERE checkpoint_id = %s",
+            (b"not zstd", newest),
+        )
+    report = stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
+    assert report is not None and report.source == "postgresql_checkpoint"
+    assert report.hash == older.hash and report.seq == older.seq and not mem.exists("later")

@@ -25,8 +25,14 @@ def test_every_type_reads_back_as_bytes(mem: AgentMemory) -> None:
 
 
 def test_index_follows_writes_deletes_and_emptied_keys(mem: AgentMemory) -> None:
-    names = {"current_subtask", "blob", "aapl_historical_roi",
-             "api_cache:koyfin_aapl_acquisitions", "tickers", "ranks"}  # fmt: skip
+    names = {
+        "current_subtask",
+        "blob",
+        "aapl_historical_roi",
+        "api_cache:koyfin_aapl_acquisitions",
+        "tickers",
+        "ranks",
+    }
     assert set(mem.keys_list()) == names
     seq = mem.sequence()
     assert mem.delete("blob", "nothing") == 1
@@ -60,8 +66,9 @@ def test_bad_input_gets_clear_errors(mem: AgentMemory, stack: amber.Stack) -> No
     assert mem.get("current_subtask") == b"ma_review"  # nothing lost
 
 
-def test_unsupported_type_from_another_client_is_named(mem: AgentMemory,
-                                                       stack: amber.Stack) -> None:  # fmt: skip
+def test_unsupported_type_from_another_client_is_named(
+    mem: AgentMemory, stack: amber.Stack
+) -> None:
     stack.redis.delete(mem.key("blob"))
     stack.redis.xadd(mem.key("blob"), {"f": "v"})
     with pytest.raises(UnsupportedType, match=r"'blob'.*stream"):

@@ -47,14 +47,23 @@ DAY_MS = 24 * 3600 * 1000
 
 def session(sid: str, **change: object) -> dict[str, object]:
     """A valid session document (the seed's example), with ``change`` applied."""
-    return {"session_id": sid, "goal": "Research trending AI topics", "status": "planning",
-            **change}  # fmt: skip
+    return {
+        "session_id": sid,
+        "goal": "Research trending AI topics",
+        "status": "planning",
+        **change,
+    }
 
 
 def task(tid: str, **change: object) -> dict[str, object]:
     """A valid task document (the seed's example), with ``change`` applied."""
-    return {"id": tid, "type": "mcp_call", "mcp_tool": "twitter_trends",
-            "parameters": {"location": "US"}, **change}  # fmt: skip
+    return {
+        "id": tid,
+        "type": "mcp_call",
+        "mcp_tool": "twitter_trends",
+        "parameters": {"location": "US"},
+        **change,
+    }
 
 
 def keys_under(client: redis.Redis, prefix: str) -> list[bytes]:

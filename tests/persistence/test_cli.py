@@ -21,16 +21,28 @@ WIDE = {"COLUMNS": "200"}
 def filled(engines: Engines, prefix: str) -> str:
     async def fill() -> None:
         async with PersistenceManager(engines.redis_url, prefix=prefix) as pm:
-            await pm.save_session({"session_id": "sess_a", "goal": "Research trending AI topics",
-                                   "status": "planning", "task_queue": ["t1", "t2"]})  # fmt: skip
+            await pm.save_session(
+                {
+                    "session_id": "sess_a",
+                    "goal": "Research trending AI topics",
+                    "status": "planning",
+                    "task_queue": ["t1", "t2"],
+                }
+            )
             await pm.save_session({"session_id": "sess_b", "goal": "Draft", "status": "executing"})
-            t1 = {"id": "t1", "type": "mcp_call", "mcp_tool": "twitter_trends",
-                  "parameters": {"location": "US"}, "timeout": 30}  # fmt: skip
+            t1 = {
+                "id": "t1",
+                "type": "mcp_call",
+                "mcp_tool": "twitter_trends",
+                "parameters": {"location": "US"},
+                "timeout": 30,
+            }
             await pm.save_task(t1, "sess_a")
             await pm.save_task({"id": "t2", "type": "mcp_call"}, "sess_a")
             expires = datetime.now(UTC) + timedelta(hours=1)
-            await pm.save_review({"review_id": "rev_1", "task_id": "t1", "confidence": 0.75,
-                                  "expires_at": expires})  # fmt: skip
+            await pm.save_review(
+                {"review_id": "rev_1", "task_id": "t1", "confidence": 0.75, "expires_at": expires}
+            )
 
     asyncio.run(fill())
     return prefix

@@ -30,9 +30,14 @@ def test_prefix_isolates_persistence_keys() -> None:
 
 @pytest.mark.parametrize(
     ("build", "kind"),
-    [(K.session, "session_id"), (K.task, "task_id"), (K.task_queue, "session_id"),
-     (K.session_tasks, "session_id"), (K.review, "review_id")],
-)  # fmt: skip
+    [
+        (K.session, "session_id"),
+        (K.task, "task_id"),
+        (K.task_queue, "session_id"),
+        (K.session_tasks, "session_id"),
+        (K.review, "review_id"),
+    ],
+)
 @pytest.mark.parametrize("bad", ["", "s*", "s:1", "{s}", "s?"])
 def test_bad_ids_are_refused_naming_the_kind(build: object, kind: str, bad: str) -> None:
     with pytest.raises(InvalidIdentifier, match=kind) as info:

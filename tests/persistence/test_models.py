@@ -12,12 +12,24 @@ from amber import AmberError
 from amber.persistence import ReviewItem, Session, Task, ValidationError
 from amber.persistence.models import dump, load, parse
 
-SESSION = {"session_id": "sess_abc123", "goal": "Research trending AI topics",
-           "status": "planning", "version": 1}  # fmt: skip
-TASK = {"id": "task_xyz789", "type": "mcp_call", "mcp_tool": "twitter_trends",
-        "parameters": {"location": "US"}}  # fmt: skip
-REVIEW = {"review_id": "rev_abc123", "task_id": "task_xyz789", "confidence": 0.75,
-          "expires_at": "2026-02-07T21:00:00Z"}  # fmt: skip
+SESSION = {
+    "session_id": "sess_abc123",
+    "goal": "Research trending AI topics",
+    "status": "planning",
+    "version": 1,
+}
+TASK = {
+    "id": "task_xyz789",
+    "type": "mcp_call",
+    "mcp_tool": "twitter_trends",
+    "parameters": {"location": "US"},
+}
+REVIEW = {
+    "review_id": "rev_abc123",
+    "task_id": "task_xyz789",
+    "confidence": 0.75,
+    "expires_at": "2026-02-07T21:00:00Z",
+}
 
 
 def test_seed_examples_validate() -> None:

@@ -17,8 +17,13 @@ HOURS_2 = timedelta(hours=2)
 
 def review(rid: str, expires_in: timedelta = HOURS_2, **change: object) -> dict[str, object]:
     expires_at = (datetime.now(UTC) + expires_in).isoformat()
-    return {"review_id": rid, "task_id": "task_xyz789", "confidence": 0.75,
-            "expires_at": expires_at, **change}  # fmt: skip
+    return {
+        "review_id": rid,
+        "task_id": "task_xyz789",
+        "confidence": 0.75,
+        "expires_at": expires_at,
+        **change,
+    }
 
 
 async def test_save_then_get(pm: PersistenceManager) -> None:
@@ -63,8 +68,11 @@ async def test_an_already_expired_review_is_refused(
 async def test_invalid_reviews_name_the_field_and_write_nothing(
     pm: PersistenceManager, raw: redis.Redis, prefix: str
 ) -> None:
-    for change, field in [({"confidence": 1.01}, "confidence"), ({"review_id": "r:1"}, "review_id"),
-                          ({"expires_at": "2026-02-07 21:00"}, "expires_at")]:  # fmt: skip
+    for change, field in [
+        ({"confidence": 1.01}, "confidence"),
+        ({"review_id": "r:1"}, "review_id"),
+        ({"expires_at": "2026-02-07 21:00"}, "expires_at"),
+    ]:
         with pytest.raises(ValidationError) as info:
             await pm.save_review(review("r1", **change))
         assert info.value.field == field  # type: ignore[attr-defined]

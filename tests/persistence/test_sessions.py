@@ -99,8 +99,11 @@ async def test_concurrent_creations_let_exactly_one_win(
 async def test_invalid_session_names_the_field_and_writes_nothing(
     pm: PersistenceManager, raw: redis.Redis, prefix: str
 ) -> None:
-    for bad, field in [(session("a*b"), "session_id"), (session("s", goal=""), "goal"),
-                       (session("s", task_queue=["t:1"]), "task_queue")]:  # fmt: skip
+    for bad, field in [
+        (session("a*b"), "session_id"),
+        (session("s", goal=""), "goal"),
+        (session("s", task_queue=["t:1"]), "task_queue"),
+    ]:
         with pytest.raises(ValidationError) as info:
             await pm.save_session(bad)
         assert info.value.field == field  # type: ignore[attr-defined]

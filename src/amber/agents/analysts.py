@@ -122,16 +122,19 @@ class StrategyAnalyst(BaseAgent):
             rows = {y: self.fetch("koyfin", "compensation", ticker=t, year=y) for y in YEARS}
             pay = [rows[y]["ceo_total"] for y in YEARS]
             tsr = [rows[y]["tsr"] for y in YEARS]
-            aligned = sum(1 for i in range(1, len(YEARS))
-                          if (pay[i] - pay[i - 1]) * tsr[i] >= 0)  # fmt: skip
+            aligned = sum(1 for i in range(1, len(YEARS)) if (pay[i] - pay[i - 1]) * tsr[i] >= 0)
             self.l1_cache.zadd("pay_by_year", {str(y): rows[y]["ceo_total"] for y in YEARS})
             return {"pay_growth": _pct(pay[-1] / pay[0] - 1), "aligned_years": aligned}
         if name == "capital_allocation_scoring":
             roic = self.interim_results["historical_roi"]["mean"]
             ma = self.interim_results["ma_review"]["total_spend"]
             comp = self.interim_results["mgmt_compensation"]["aligned_years"]
-            score = min(1.0, 0.5 * min(roic / 0.3, 1.0) + 0.3 * (1 if ma < 5 else 0.5)
-                        + 0.2 * comp / (len(YEARS) - 1))  # fmt: skip
+            score = min(
+                1.0,
+                0.5 * min(roic / 0.3, 1.0)
+                + 0.3 * (1 if ma < 5 else 0.5)
+                + 0.2 * comp / (len(YEARS) - 1),
+            )
             self.l1_cache.set("capital_allocation_score", round(score, 2))
             return {"final_score": round(score, 2)}
         raise ValueError(f"unknown subtask {name!r}")
@@ -142,8 +145,13 @@ class ValuationAgent(BaseAgent):
 
     agent_type = "valuation_agent"
     version = "1.0"
-    subtasks = ("dcf_assumptions", "cash_flow_projection", "wacc_calculation",
-                "terminal_value", "sensitivity_analysis")  # fmt: skip
+    subtasks = (
+        "dcf_assumptions",
+        "cash_flow_projection",
+        "wacc_calculation",
+        "terminal_value",
+        "sensitivity_analysis",
+    )
 
     def _fcf(self, f: dict[str, float]) -> float:
         return f["operating_cash_flow"] - f["capex"]
@@ -164,8 +172,10 @@ class ValuationAgent(BaseAgent):
             }
         if name == "cash_flow_projection":
             a = r["dcf_assumptions"]
-            fcf = [round(a["base_revenue"] * (1 + a["growth"]) ** n * a["fcf_margin"], 2)
-                   for n in range(1, 6)]  # fmt: skip
+            fcf = [
+                round(a["base_revenue"] * (1 + a["growth"]) ** n * a["fcf_margin"], 2)
+                for n in range(1, 6)
+            ]
             self.l1_cache.rpush("fcf_model", *fcf)
             return {"fcf": fcf}
         if name == "wacc_calculation":

@@ -47,8 +47,10 @@ def _resolve(entry: dict[str, Any]) -> type[BaseAgent]:
         importlib.import_module(module)
     cls = AGENT_TYPES.get(entry["agent_type"])
     if cls is None:
-        raise AmberError(f"no agent class registers agent_type {entry['agent_type']!r}",
-                         agent_type=entry["agent_type"])  # fmt: skip
+        raise AmberError(
+            f"no agent class registers agent_type {entry['agent_type']!r}",
+            agent_type=entry["agent_type"],
+        )
     return cls
 
 
@@ -75,17 +77,25 @@ class LeadCoordinator:
         self.on_progress: Callable[[BaseAgent], None] | None = None
         """Called after every checkpointed subtask (progress bars)."""
 
-    def start_analysis(self, stock_ticker: str, agent_classes: Sequence[type[BaseAgent]],
-                       config: dict[str, Any] | None = None) -> str:  # fmt: skip
+    def start_analysis(
+        self,
+        stock_ticker: str,
+        agent_classes: Sequence[type[BaseAgent]],
+        config: dict[str, Any] | None = None,
+    ) -> str:
         """Register a new analysis of ``stock_ticker`` by these agents; returns its id."""
         check_id(stock_ticker, "stock_ticker")
         analysis_id = str(uuid.uuid4())
         agents = [
-            {"agent_type": c.agent_type, "agent_id": BaseAgent.new_agent_id(c.agent_type),
-             "cls": f"{c.__module__}:{c.__qualname__}", "version": c.version,
-             "config": dict(config or {})}
+            {
+                "agent_type": c.agent_type,
+                "agent_id": BaseAgent.new_agent_id(c.agent_type),
+                "cls": f"{c.__module__}:{c.__qualname__}",
+                "version": c.version,
+                "config": dict(config or {}),
+            }
             for c in agent_classes
-        ]  # fmt: skip
+        ]
         self.stack.analyses.create(analysis_id, stock_ticker, agents)
         return analysis_id
 
@@ -95,9 +105,13 @@ class LeadCoordinator:
         agents = []
         for entry in record.agents:
             cls = _resolve(entry)
-            agent = cls(record.analysis_id, record.stock_ticker,
-                        self.stack.memory(entry["agent_id"]), self.market,
-                        entry.get("config"))  # fmt: skip
+            agent = cls(
+                record.analysis_id,
+                record.stock_ticker,
+                self.stack.memory(entry["agent_id"]),
+                self.market,
+                entry.get("config"),
+            )
             try:
                 restored = self.stack.checkpointer.restore_checkpoint(
                     record.analysis_id, cls.agent_type, version=cls.version
@@ -149,20 +163,33 @@ class LeadCoordinator:
             try:
                 deliverable = agent.run_subtask(name)
             except QuotaExceeded as exc:
-                cp.save_checkpoint(agent, None, failure_reason="quota_exhausted",
-                                   error_details={"subtask": name, **_describe(exc)})  # fmt: skip
+                cp.save_checkpoint(
+                    agent,
+                    None,
+                    failure_reason="quota_exhausted",
+                    error_details={"subtask": name, **_describe(exc)},
+                )
                 return self._result(agent, "quota_exhausted", str(exc))
             except StoreUnavailable:
                 raise
             except Exception as exc:
                 agent.retry_count += 1
-                log.warning("%s subtask %s failed (%s retries left): %s",
-                            agent.agent_id, name, retries_left, exc)  # fmt: skip
+                log.warning(
+                    "%s subtask %s failed (%s retries left): %s",
+                    agent.agent_id,
+                    name,
+                    retries_left,
+                    exc,
+                )
                 if retries_left > 0:
                     retries_left -= 1
                     continue
-                cp.save_checkpoint(agent, None, failure_reason=f"{type(exc).__name__}: {exc}",
-                                   error_details={"subtask": name, **_describe(exc)})  # fmt: skip
+                cp.save_checkpoint(
+                    agent,
+                    None,
+                    failure_reason=f"{type(exc).__name__}: {exc}",
+                    error_details={"subtask": name, **_describe(exc)},
+                )
                 return self._result(agent, "failed", str(exc))
             agent.complete(name, deliverable)
             cp.save_checkpoint(agent, name)
@@ -173,9 +200,16 @@ class LeadCoordinator:
 
     @staticmethod
     def _result(agent: BaseAgent, status: str, error: str | None = None) -> AgentResult:
-        return AgentResult(agent.agent_type, agent.agent_id, status, list(agent.completed_subtasks),
-                           len(agent.subtasks), agent.retry_count, agent.get_interim_results(),
-                           error)  # fmt: skip
+        return AgentResult(
+            agent.agent_type,
+            agent.agent_id,
+            status,
+            list(agent.completed_subtasks),
+            len(agent.subtasks),
+            agent.retry_count,
+            agent.get_interim_results(),
+            error,
+        )
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:

@@ -32,8 +32,9 @@ def call_key(provider: str, endpoint: str, params: dict[str, Any]) -> str:
 class MarketDataClient:
     """Serves sample data per provider, with quotas and a ledger of every call."""
 
-    def __init__(self, quotas: dict[str, int] | None = None,
-                 data: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, quotas: dict[str, int] | None = None, data: dict[str, Any] | None = None
+    ) -> None:
         self.data = data or sample_data()
         self.quotas: dict[str, int] = dict(quotas or {})
         self.ledger: Counter[str] = Counter()
@@ -61,8 +62,11 @@ class MarketDataClient:
         """One API call; raises ``QuotaExceeded`` past the provider's quota."""
         limit = self.quotas.get(provider)
         if limit is not None and self.used[provider] >= limit:
-            raise QuotaExceeded(f"{provider} quota of {limit} calls is exhausted",
-                                provider=provider, endpoint=endpoint)  # fmt: skip
+            raise QuotaExceeded(
+                f"{provider} quota of {limit} calls is exhausted",
+                provider=provider,
+                endpoint=endpoint,
+            )
         self.used[provider] += 1
         self.ledger[call_key(provider, endpoint, params)] += 1
         return self._serve(endpoint, params)

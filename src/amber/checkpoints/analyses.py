@@ -52,8 +52,9 @@ class Analyses:
         """One analysis; ``AnalysisNotFound`` if there is none."""
         aid = check_uuid(analysis_id)
         with self.pg.connection() as conn:
-            row = conn.execute(f"SELECT {_COLUMNS} FROM analyses WHERE analysis_id = %s",
-                               (aid,)).fetchone()  # fmt: skip
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM analyses WHERE analysis_id = %s", (aid,)
+            ).fetchone()
         if row is None:
             raise AnalysisNotFound("no analysis with this id", analysis_id=aid)
         return AnalysisRecord(str(row[0]), *row[1:])
@@ -87,14 +88,16 @@ class Analyses:
             current = self.get(aid).status
             raise AnalysisStateError(
                 f"analysis is {current}; cannot become {to}",
-                analysis_id=aid, status=current,
-            )  # fmt: skip
+                analysis_id=aid,
+                status=current,
+            )
 
     def set_preserve(self, analysis_id: object, preserve: bool = True) -> None:
         """Exempt (or stop exempting) an analysis from retention."""
         aid = check_uuid(analysis_id)
         with self.pg.connection() as conn:
-            cur = conn.execute("UPDATE analyses SET preserve = %s WHERE analysis_id = %s",
-                               (preserve, aid))  # fmt: skip
+            cur = conn.execute(
+                "UPDATE analyses SET preserve = %s WHERE analysis_id = %s", (preserve, aid)
+            )
         if cur.rowcount == 0:
             raise AnalysisNotFound("no analysis with this id", analysis_id=aid)

@@ -62,8 +62,9 @@ class Checkpoint:
                 except TypeError as exc:
                     raise InvalidValue(
                         f"checkpoint field {name!r} is not JSON-serializable: {exc}",
-                        agent_id=self.agent_id, field=name,
-                    ) from None  # fmt: skip
+                        agent_id=self.agent_id,
+                        field=name,
+                    ) from None
             raise
 
     @classmethod

@@ -37,8 +37,14 @@ class GcReport:
 class Retention:
     """Applies the retention policy to checkpoints in PostgreSQL and their Redis backups."""
 
-    def __init__(self, client: redis.Redis, pool: ConnectionPool, keys: Keys,
-                 settings: Settings, analyses: Analyses) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        pool: ConnectionPool,
+        keys: Keys,
+        settings: Settings,
+        analyses: Analyses,
+    ) -> None:
         self.redis = client
         self.pg = pool
         self.keys = keys

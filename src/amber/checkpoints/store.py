@@ -77,9 +77,15 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 class AgentCheckpointer:
     """Saves and restores agent checkpoints (DD-011) with their L1 snapshots (DD-016)."""
 
-    def __init__(self, client: redis.Redis, pool: ConnectionPool, keys: Keys,
-                 settings: Settings, snapshotter: L1CacheSnapshotter,
-                 migrations: CheckpointMigrations | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        pool: ConnectionPool,
+        keys: Keys,
+        settings: Settings,
+        snapshotter: L1CacheSnapshotter,
+        migrations: CheckpointMigrations | None = None,
+    ) -> None:
         self.redis = client
         self.pg = pool
         self.keys = keys
@@ -128,13 +134,29 @@ class AgentCheckpointer:
         blob = codec.pack_memory(snap.memory)
         meta = self.snapshotter.meta(snap, cp.checkpoint_id)
         with self.pg.connection() as conn:
-            conn.execute(INSERT, (
-                cp.checkpoint_id, cp.stock_ticker, cp.agent_type, cp.agent_id, cp.analysis_id,
-                cp.checkpoint_time, cp.progress_pct, cp.current_subtask, cp.completed_subtasks,
-                cp.pending_subtasks, failure_reason, cp.retry_count, cp.agent_version,
-                codec.pack(raw), codec.sha256_hex(raw),
-                blob if dual else None, meta.hash if dual else None, meta.seq if dual else None,
-            ))  # fmt: skip
+            conn.execute(
+                INSERT,
+                (
+                    cp.checkpoint_id,
+                    cp.stock_ticker,
+                    cp.agent_type,
+                    cp.agent_id,
+                    cp.analysis_id,
+                    cp.checkpoint_time,
+                    cp.progress_pct,
+                    cp.current_subtask,
+                    cp.completed_subtasks,
+                    cp.pending_subtasks,
+                    failure_reason,
+                    cp.retry_count,
+                    cp.agent_version,
+                    codec.pack(raw),
+                    codec.sha256_hex(raw),
+                    blob if dual else None,
+                    meta.hash if dual else None,
+                    meta.seq if dual else None,
+                ),
+            )
         backup_key = self.keys.checkpoint(cp.analysis_id, cp.agent_type)
         try:
             with redis_errors(agent.agent_id), self.redis.pipeline(transaction=True) as pipe:
@@ -150,8 +172,9 @@ class AgentCheckpointer:
             raise
         return cp
 
-    def restore_checkpoint(self, analysis_id: object, agent_type: str,
-                           version: str | None = None) -> RestoredCheckpoint:  # fmt: skip
+    def restore_checkpoint(
+        self, analysis_id: object, agent_type: str, version: str | None = None
+    ) -> RestoredCheckpoint:
         """The latest checkpoint: Redis backup first, else PostgreSQL's newest sound row.
 
         With ``version`` (the agent code's), older records are migrated and newer ones
@@ -178,8 +201,9 @@ class AgentCheckpointer:
         migrated: list[str] = []
         if version is not None:
             doc, migrated = self.migrations.upgrade(doc, version)
-        return RestoredCheckpoint(Checkpoint.from_doc(doc), source, elapsed_ms(t0), skipped,
-                                  migrated)  # fmt: skip
+        return RestoredCheckpoint(
+            Checkpoint.from_doc(doc), source, elapsed_ms(t0), skipped, migrated
+        )
 
     def _latest_row(self, aid: str, atype: str, skipped: list[str]) -> dict[str, Any]:
         with self.pg.connection() as conn:
@@ -195,8 +219,11 @@ class AgentCheckpointer:
                 log.error("checkpoint %s in PostgreSQL is corrupt: %s", cid, exc)
                 skipped.append(f"postgresql {cid}: {exc}")
         if skipped and rows:
-            raise CheckpointCorrupt("no checkpoint passed its checksum: " + "; ".join(skipped),
-                                    analysis_id=aid, agent_type=atype)  # fmt: skip
+            raise CheckpointCorrupt(
+                "no checkpoint passed its checksum: " + "; ".join(skipped),
+                analysis_id=aid,
+                agent_type=atype,
+            )
         raise CheckpointNotFound("no checkpoint for this agent", analysis_id=aid, agent_type=atype)
 
     def get(self, checkpoint_id: object) -> Checkpoint:
@@ -215,8 +242,9 @@ class AgentCheckpointer:
         self, analysis_id: object | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
         """Summary rows (newest first), optionally of one analysis."""
-        where, params = ("WHERE analysis_id = %s", [check_uuid(analysis_id)]) if analysis_id \
-            else ("", [])  # fmt: skip
+        where, params = (
+            ("WHERE analysis_id = %s", [check_uuid(analysis_id)]) if analysis_id else ("", [])
+        )
         with self.pg.connection() as conn:
             cur = conn.execute(
                 "SELECT checkpoint_id, analysis_id, agent_type, checkpoint_time, progress_pct,"

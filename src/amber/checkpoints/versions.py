@@ -35,16 +35,18 @@ class CheckpointMigrations:
     def __init__(self) -> None:
         self._steps: dict[str, dict[str, tuple[str, MigrationFn]]] = {}
 
-    def register(self, agent_type: str, from_version: str, to_version: str,
-                 fn: MigrationFn) -> MigrationFn:  # fmt: skip
+    def register(
+        self, agent_type: str, from_version: str, to_version: str, fn: MigrationFn
+    ) -> MigrationFn:
         """Add a step; returns ``fn`` so it can be used as a decorator body."""
         if parse_version(to_version) <= parse_version(from_version):
             raise MigrationError(f"migration {from_version} → {to_version} does not go forward")
         self._steps.setdefault(agent_type, {})[from_version] = (to_version, fn)
         return fn
 
-    def __call__(self, agent_type: str, from_version: str,
-                 to_version: str) -> Callable[[MigrationFn], MigrationFn]:  # fmt: skip
+    def __call__(
+        self, agent_type: str, from_version: str, to_version: str
+    ) -> Callable[[MigrationFn], MigrationFn]:
         """Decorator form of :meth:`register`."""
         return lambda fn: self.register(agent_type, from_version, to_version, fn)
 
@@ -54,16 +56,19 @@ class CheckpointMigrations:
         if parse_version(version) > parse_version(target):
             raise VersionTooNew(
                 f"checkpoint was written by {agent_type} {version}; this code is {target}",
-                agent_type=agent_type, record_version=version, code_version=target,
-            )  # fmt: skip
+                agent_type=agent_type,
+                record_version=version,
+                code_version=target,
+            )
         path: list[str] = []
         steps = self._steps.get(agent_type, {})
         while parse_version(version) < parse_version(target):
             if version not in steps:
                 raise MigrationError(
                     f"no migration registered from {agent_type} {version} toward {target}",
-                    agent_type=agent_type, record_version=version,
-                )  # fmt: skip
+                    agent_type=agent_type,
+                    record_version=version,
+                )
             path.append(version)
             version, fn = steps[version]
             doc = fn(dict(doc))

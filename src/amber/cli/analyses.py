@@ -32,8 +32,13 @@ def list_analyses(
                 mine = [r for r in rows if r["agent_type"] == entry["agent_type"]]
                 done = f"{mine[0]['done']} of {mine[0]['total']}" if mine else "not started"
                 progress.append(f"{entry['agent_type']}: {done}")
-            table.add_row(rec.analysis_id, rec.stock_ticker, rec.status, "\n".join(progress),
-                          rec.updated_at.strftime("%Y-%m-%d %H:%M"))  # fmt: skip
+            table.add_row(
+                rec.analysis_id,
+                rec.stock_ticker,
+                rec.status,
+                "\n".join(progress),
+                rec.updated_at.strftime("%Y-%m-%d %H:%M"),
+            )
     console.print(table)
 
 
@@ -49,8 +54,10 @@ def pause(
         report = stack.pause_manager.pause(analysis_id, reason, by)
     console.print(report.message)
     for a in report.agents:
-        console.print(f"  {a['agent_type']}: {a['completed']} of {a['total']} subtasks, "
-                      f"{a['l1_keys']} keys kept")  # fmt: skip
+        console.print(
+            f"  {a['agent_type']}: {a['completed']} of {a['total']} subtasks, "
+            f"{a['l1_keys']} keys kept"
+        )
 
 
 @app.command()
@@ -63,15 +70,23 @@ def resume(
     with OPTIONS.stack() as stack:
         coordinator = stack.coordinator
         record = stack.analyses.get(analysis_id)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("subtasks"), console=console) as bar:  # fmt: skip
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("subtasks"),
+            console=console,
+        ) as bar:
             tasks = {}
             for entry in record.agents:
                 tasks[entry["agent_id"]] = bar.add_task(entry["agent_type"], total=None)
 
             def tick(agent: BaseAgent) -> None:
-                bar.update(tasks[agent.agent_id], completed=len(agent.completed_subtasks),
-                           total=len(agent.subtasks))  # fmt: skip
+                bar.update(
+                    tasks[agent.agent_id],
+                    completed=len(agent.completed_subtasks),
+                    total=len(agent.subtasks),
+                )
 
             coordinator.on_progress = tick
             report = stack.pause_manager.resume(analysis_id, by)
@@ -80,7 +95,8 @@ def resume(
         result = report.results.get(agent_type)
         outcome = f"; {result.progress}, {result.status}" if result else ""
         verified = "verified" if r.verified else "NOT verified"
-        console.print(f"  {agent_type}: {r.path} in {r.ms:.1f} ms, {r.keys} keys, {verified}"
-                      f"{outcome}")  # fmt: skip
+        console.print(
+            f"  {agent_type}: {r.path} in {r.ms:.1f} ms, {r.keys} keys, {verified}{outcome}"
+        )
     if report.paused_again:
         console.print(f"paused again: {report.paused_again.reason}")

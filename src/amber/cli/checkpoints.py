@@ -26,15 +26,31 @@ def list_checkpoints(
     """Newest checkpoints first: agent, progress, failure, whether L1 went to PostgreSQL."""
     with OPTIONS.stack() as stack:
         rows = stack.checkpointer.summaries(analysis, limit)
-    table = Table("checkpoint", "analysis", "agent type", "time", "progress", "next", "failure",
-                  "retries", "version", "L1 in pg")  # fmt: skip
+    table = Table(
+        "checkpoint",
+        "analysis",
+        "agent type",
+        "time",
+        "progress",
+        "next",
+        "failure",
+        "retries",
+        "version",
+        "L1 in pg",
+    )
     for r in rows:
         table.add_row(
-            str(r["checkpoint_id"]), str(r["analysis_id"])[:8], r["agent_type"],
-            r["checkpoint_time"].strftime("%Y-%m-%d %H:%M:%S"), f"{r['done']} of {r['total']}",
-            r["current_subtask"] or "-", r["failure_reason"] or "", str(r["retry_count"]),
-            r["agent_version"], "yes" if r["dual"] else "no",
-        )  # fmt: skip
+            str(r["checkpoint_id"]),
+            str(r["analysis_id"])[:8],
+            r["agent_type"],
+            r["checkpoint_time"].strftime("%Y-%m-%d %H:%M:%S"),
+            f"{r['done']} of {r['total']}",
+            r["current_subtask"] or "-",
+            r["failure_reason"] or "",
+            str(r["retry_count"]),
+            r["agent_version"],
+            "yes" if r["dual"] else "no",
+        )
     console.print(table)
 
 
@@ -71,5 +87,6 @@ def gc(
         console.print(f"{verb} {n} checkpoint(s) of analysis {aid}")
     for aid in report.expired:
         console.print(f"{'would expire' if dry_run else 'expired'} paused analysis {aid}")
-    console.print(f"{verb} {report.total_deleted} checkpoint(s); "
-                  f"{len(report.expired)} pause(s) expired")  # fmt: skip
+    console.print(
+        f"{verb} {report.total_deleted} checkpoint(s); {len(report.expired)} pause(s) expired"
+    )

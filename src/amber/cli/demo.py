@@ -20,12 +20,20 @@ from amber.engines.stack import Stack, connect
 
 @contextlib.contextmanager
 def _demo_stack(keep: bool) -> Iterator[tuple[Stack, Any]]:
-    cfg = load_settings(redis_url=OPTIONS.redis_url, database_url=OPTIONS.database_url,
-                        data_dir=OPTIONS.data_dir, prefix=OPTIONS.prefix)  # fmt: skip
+    cfg = load_settings(
+        redis_url=OPTIONS.redis_url,
+        database_url=OPTIONS.database_url,
+        data_dir=OPTIONS.data_dir,
+        prefix=OPTIONS.prefix,
+    )
     embedded_redis = not cfg.redis_url
     data_dir = cfg.data_dir / "demo"
-    stack = connect(cfg.redis_url, cfg.database_url, data_dir,
-                    f"{cfg.prefix}-demo" if not embedded_redis else cfg.prefix)  # fmt: skip
+    stack = connect(
+        cfg.redis_url,
+        cfg.database_url,
+        data_dir,
+        f"{cfg.prefix}-demo" if not embedded_redis else cfg.prefix,
+    )
 
     def lose_redis() -> str:
         if embedded_redis:  # the demo's own embedded server: really restart it, empty
@@ -38,8 +46,10 @@ def _demo_stack(keep: bool) -> Iterator[tuple[Stack, Any]]:
         keys = list(stack.redis.scan_iter(match=pattern, count=1000))
         for i in range(0, len(keys), 500):
             stack.redis.delete(*keys[i : i + 500])
-        return (f"every key under prefix {stack.keys.prefix!r} deleted ({len(keys)} keys; "
-                "an external Redis is never restarted by the demo)")  # fmt: skip
+        return (
+            f"every key under prefix {stack.keys.prefix!r} deleted ({len(keys)} keys; "
+            "an external Redis is never restarted by the demo)"
+        )
 
     try:
         yield stack, lose_redis
@@ -68,8 +78,14 @@ def demo(
             table.add_column(col, no_wrap=True)
         for agent_type, a in resume["agents"].items():
             done = (a["progress"] or "-").removesuffix(" subtasks")
-            table.add_row(agent_type, a["path"], f"{a['ms']:.1f}", str(a["keys"]),
-                          "✓" if a["verified"] else "✗", done)  # fmt: skip
+            table.add_row(
+                agent_type,
+                a["path"],
+                f"{a['ms']:.1f}",
+                str(a["keys"]),
+                "✓" if a["verified"] else "✗",
+                done,
+            )
         console.print(table)
     console.print(
         f"analysis {report['status']} in {report['seconds']:.1f} s · market-data calls "

@@ -30,13 +30,16 @@ def memory_show(agent_id: str) -> None:
         meta = stack.snapshotter.latest_meta(agent_id)
     table = Table("key", "type", "ttl s", "value")
     for name, entry in sorted(snap.memory.items()):
-        table.add_row(name, entry.type, str(ttls[name]),
-                      _preview(encode_value(entry.type, entry.value)))  # fmt: skip
+        table.add_row(
+            name, entry.type, str(ttls[name]), _preview(encode_value(entry.type, entry.value))
+        )
     console.print(table)
     console.print(f"{len(snap.memory)} keys · sequence {snap.seq} · sha256 {snap.hash[:16]}…")
     if meta:
-        console.print(f"latest snapshot: {meta.timestamp} · {meta.key_count} keys · "
-                      f"sequence {meta.seq} · sha256 {meta.hash[:16]}…")  # fmt: skip
+        console.print(
+            f"latest snapshot: {meta.timestamp} · {meta.key_count} keys · "
+            f"sequence {meta.seq} · sha256 {meta.hash[:16]}…"
+        )
 
 
 @app.command()
@@ -45,8 +48,9 @@ def snapshot(agent_id: str) -> None:
     """Snapshot an agent's working memory to the Redis secondary now."""
     with OPTIONS.stack() as stack:
         meta = stack.snapshotter.snapshot_on_checkpoint(agent_id)
-    console.print(f"snapshot of {agent_id}: {meta.key_count} keys, sequence {meta.seq}, "
-                  f"sha256 {meta.hash}")  # fmt: skip
+    console.print(
+        f"snapshot of {agent_id}: {meta.key_count} keys, sequence {meta.seq}, sha256 {meta.hash}"
+    )
 
 
 @app.command()

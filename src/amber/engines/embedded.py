@@ -155,16 +155,25 @@ class EmbeddedRedis:
         self.pidfile.unlink(missing_ok=True)
         cmd = [
             str(_redis_bin()),
-            "--daemonize", "yes",
-            "--port", "0",
-            "--unixsocket", str(self.socket),
-            "--unixsocketperm", "700",
-            "--pidfile", str(self.pidfile),
-            "--dir", str(self.dir),
-            "--logfile", str(self.logfile),
-            "--save", "",
-            "--appendonly", "no",
-        ]  # fmt: skip
+            "--daemonize",
+            "yes",
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket),
+            "--unixsocketperm",
+            "700",
+            "--pidfile",
+            str(self.pidfile),
+            "--dir",
+            str(self.dir),
+            "--logfile",
+            str(self.logfile),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
         try:
             subprocess.run(cmd, check=True, capture_output=True, timeout=START_TIMEOUT)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
@@ -213,10 +222,17 @@ def _pg_user() -> str | None:
         pwd.getpwnam(PG_SYSTEM_USER)
     except KeyError:
         subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-             PG_SYSTEM_USER],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                PG_SYSTEM_USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
     return PG_SYSTEM_USER
 
 
@@ -252,8 +268,9 @@ class EmbeddedPostgres:
     def state(self) -> ServerState:
         """Whether it runs, without starting it."""
         pid = self.pid()
-        return ServerState("postgresql", pid is not None, pid, self.url() if pid else None,
-                           self.pgdata)  # fmt: skip
+        return ServerState(
+            "postgresql", pid is not None, pid, self.url() if pid else None, self.pgdata
+        )
 
     def _run(self, tool: str, *args: str, user: str | None) -> None:
         cmd = [str(_pg_bin() / tool), "-D", str(self.pgdata), *args]
@@ -287,17 +304,21 @@ class EmbeddedPostgres:
                     if user is not None:
                         entry = pwd.getpwnam(user)
                         os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
-                self._run("initdb", "--auth=trust", "--encoding=UTF8", "-U", "postgres",
-                          user=user)  # fmt: skip
+                self._run("initdb", "--auth=trust", "--encoding=UTF8", "-U", "postgres", user=user)
             self.pgdata.chmod(0o700)  # postgres refuses group/other bits on its data dir
             sock = self.socket_dir
             if user is not None and sock != self.pgdata:
                 sock.chmod(0o777)
             self._run(
-                "pg_ctl", "-w", "-l", str(self.logfile),
-                "-o", f"-h '' -k {sock} -c max_connections=200",
-                "start", user=user,
-            )  # fmt: skip
+                "pg_ctl",
+                "-w",
+                "-l",
+                str(self.logfile),
+                "-o",
+                f"-h '' -k {sock} -c max_connections=200",
+                "start",
+                user=user,
+            )
         self._ensure_database()
         return self.url()
 

@@ -119,8 +119,13 @@ class Stack:
     # -- L1 working memory (DD-016) --------------------------------------------------
     def memory(self, agent_id: str) -> AgentMemory:
         """The working memory of one agent."""
-        return AgentMemory(self.redis, self.keys, agent_id, self.settings.active_ttl,
-                           journal=self._journal(agent_id))  # fmt: skip
+        return AgentMemory(
+            self.redis,
+            self.keys,
+            agent_id,
+            self.settings.active_ttl,
+            journal=self._journal(agent_id),
+        )
 
     def _journal(self, agent_id: str) -> Journal | None:
         return None
@@ -138,8 +143,9 @@ class Stack:
     @cached_property
     def restorer(self) -> L1CacheRestorer:
         """Restores L1 from the secondary or PostgreSQL."""
-        return L1CacheRestorer(self.redis, self.pg, self.keys, self.verifier,
-                               self.settings.active_ttl)  # fmt: skip
+        return L1CacheRestorer(
+            self.redis, self.pg, self.keys, self.verifier, self.settings.active_ttl
+        )
 
     @cached_property
     def ttl_manager(self) -> L1TTLManager:
@@ -232,9 +238,12 @@ def connect(
     within ``connect_timeout`` seconds.
     """
     cfg = load_settings(
-        redis_url=redis_url, database_url=database_url, data_dir=data_dir, prefix=prefix,
+        redis_url=redis_url,
+        database_url=database_url,
+        data_dir=data_dir,
+        prefix=prefix,
         **settings,
-    )  # fmt: skip
+    )
     missing_redis = not cfg.redis_url
     missing_pg = not cfg.database_url
     urls: dict[str, str] = {}

@@ -61,15 +61,21 @@ def l1_complete(snap: Snapshot, reference: Loaded | None) -> tuple[bool, str]:
 class DualRecoveryStrategy:
     """Recovers an agent's L1 by the fastest complete and correct tier."""
 
-    def __init__(self, snapshotter: L1CacheSnapshotter, restorer: L1CacheRestorer,
-                 ttl_manager: L1TTLManager, replayer: Replayer | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        snapshotter: L1CacheSnapshotter,
+        restorer: L1CacheRestorer,
+        ttl_manager: L1TTLManager,
+        replayer: Replayer | None = None,
+    ) -> None:
         self.snapshotter = snapshotter
         self.l1_restorer = restorer
         self.ttl_manager = ttl_manager
         self.replayer = replayer
 
-    def recover_agent_state(self, agent_id: str, analysis_id: object,
-                            agent_type: str) -> RecoveryReport:  # fmt: skip
+    def recover_agent_state(
+        self, agent_id: str, analysis_id: object, agent_type: str
+    ) -> RecoveryReport:
         """Make the agent's L1 whole again and say how."""
         t0 = time.perf_counter()
         check_id(agent_id, "agent_id")
@@ -91,19 +97,29 @@ class DualRecoveryStrategy:
         if ok:
             self.ttl_manager.restore_active_ttl_on_resume(agent_id)
             replayed = self._replay(agent_id, snap.seq)
-            return RecoveryReport(agent_id, "l1_existing", elapsed_ms(t0), len(snap.memory),
-                                  snap.seq, True, replayed)  # fmt: skip
+            return RecoveryReport(
+                agent_id, "l1_existing", elapsed_ms(t0), len(snap.memory), snap.seq, True, replayed
+            )
         report = self.l1_restorer.restore_from_snapshot(agent_id, analysis_id, agent_type)
         if report is None:
             replayed = self._replay(agent_id, 0)
             keys = len(self.snapshotter.take(agent_id).memory) if replayed else 0
-            return RecoveryReport(agent_id, "empty", elapsed_ms(t0), keys, 0, True, replayed,
-                                  reason)  # fmt: skip
+            return RecoveryReport(
+                agent_id, "empty", elapsed_ms(t0), keys, 0, True, replayed, reason
+            )
         replayed = self._replay(agent_id, report.seq)
         keys = len(self.snapshotter.take(agent_id).memory) if replayed else report.keys
         self.ttl_manager.restore_active_ttl_on_resume(agent_id)
-        return RecoveryReport(agent_id, report.source, elapsed_ms(t0), keys, report.seq,
-                              report.verified, replayed, reason)  # fmt: skip
+        return RecoveryReport(
+            agent_id,
+            report.source,
+            elapsed_ms(t0),
+            keys,
+            report.seq,
+            report.verified,
+            replayed,
+            reason,
+        )
 
     def _replay(self, agent_id: str, after: int) -> int:
         return self.replayer(agent_id, after) if self.replayer else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,6 +19,9 @@ from amber.memory.snapshot import Snapshot, SnapshotMeta, elapsed_ms, read_memor
 from amber.memory.working import redis_errors
 
 log = logging.getLogger("amber.memory")
+
+PG_SNAPSHOTS_TRIED = 3
+"""Snapshots in PostgreSQL tried, newest first, before a restore gives up."""
 
 _WRITERS: dict[str, Callable[[Any, str, Any], None]] = {
     "string": lambda p, k, v: p.set(k, v),
@@ -64,8 +67,10 @@ class ConsistencyVerifier:
         if actual != loaded.hash:
             raise ConsistencyError(
                 f"snapshot from {loaded.source} does not match its hash (corrupted)",
-                agent_id=agent_id, expected_hash=loaded.hash, actual_hash=actual,
-            )  # fmt: skip
+                agent_id=agent_id,
+                expected_hash=loaded.hash,
+                actual_hash=actual,
+            )
 
     def verify(self, agent_id: str, expected_hash: str, expected_keys: int) -> Snapshot:
         """After writing: L1 must now hold exactly the snapshot. Returns what was read."""
@@ -73,14 +78,18 @@ class ConsistencyVerifier:
         if snap.missing or len(snap.memory) != expected_keys or snap.hash != expected_hash:
             raise ConsistencyError(
                 "restored L1 does not match its snapshot",
-                agent_id=agent_id, expected_hash=expected_hash, actual_hash=snap.hash,
-                expected_keys=expected_keys, actual_keys=len(snap.memory),
-            )  # fmt: skip
+                agent_id=agent_id,
+                expected_hash=expected_hash,
+                actual_hash=snap.hash,
+                expected_keys=expected_keys,
+                actual_keys=len(snap.memory),
+            )
         return snap
 
 
-def apply_memory(client: redis.Redis, keys: Keys, agent_id: str, memory: dict[str, Entry],
-                 seq: int, ttl_ms: int) -> None:  # fmt: skip
+def apply_memory(
+    client: redis.Redis, keys: Keys, agent_id: str, memory: dict[str, Entry], seq: int, ttl_ms: int
+) -> None:
     """Replace the agent's whole L1 with ``memory`` in one MULTI/EXEC.
 
     Stale keys are those the index lists; with no index, a SCAN of the agent's key
@@ -112,11 +121,25 @@ def apply_memory(client: redis.Redis, keys: Keys, agent_id: str, memory: dict[st
             pipe.execute()
 
 
+Loader = Callable[[], Loaded | None]
+
+
+def _decode_row(row: tuple[Any, ...]) -> Loaded:
+    blob, digest, seq = row
+    return Loaded("postgresql_checkpoint", codec.unpack_memory(blob), str(digest), int(seq or 0))
+
+
 class L1CacheRestorer:
     """Restores an agent's L1: Redis secondary first, then the PostgreSQL checkpoint."""
 
-    def __init__(self, client: redis.Redis, pool: ConnectionPool, keys: Keys,
-                 verifier: ConsistencyVerifier, active_ttl: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        pool: ConnectionPool,
+        keys: Keys,
+        verifier: ConsistencyVerifier,
+        active_ttl: int,
+    ) -> None:
         self.redis = client
         self.pg = pool
         self.keys = keys
@@ -138,17 +161,17 @@ class L1CacheRestorer:
 
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
         """The newest snapshot stored with a checkpoint in PostgreSQL."""
+        rows = self._pg_rows(analysis_id, agent_type, limit=1)
+        return _decode_row(rows[0]) if rows else None
+
+    def _pg_rows(self, analysis_id: object, agent_type: str, limit: int) -> list[tuple[Any, ...]]:
         with self.pg.connection() as conn:
-            row = conn.execute(
+            return conn.execute(
                 "SELECT l1_snapshot, l1_snapshot_hash, l1_snapshot_seq FROM agent_checkpoints"
                 " WHERE analysis_id = %s AND agent_type = %s AND l1_snapshot IS NOT NULL"
-                " ORDER BY id DESC LIMIT 1",
-                (check_uuid(analysis_id), check_id(agent_type, "agent_type")),
-            ).fetchone()
-        if row is None:
-            return None
-        memory = codec.unpack_memory(row[0])
-        return Loaded("postgresql_checkpoint", memory, str(row[1]), int(row[2] or 0))
+                " ORDER BY id DESC LIMIT %s",
+                (check_uuid(analysis_id), check_id(agent_type, "agent_type"), limit),
+            ).fetchall()
 
     def restore_loaded(self, agent_id: str, loaded: Loaded) -> RestoreReport:
         """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch."""
@@ -156,8 +179,17 @@ class L1CacheRestorer:
         self.verifier.check_snapshot(agent_id, loaded)
         apply_memory(self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms)
         self.verifier.verify(agent_id, loaded.hash, len(loaded.memory))
-        return RestoreReport(loaded.source, len(loaded.memory), loaded.seq, loaded.hash,
-                             elapsed_ms(t0))  # fmt: skip
+        return RestoreReport(
+            loaded.source, len(loaded.memory), loaded.seq, loaded.hash, elapsed_ms(t0)
+        )
+
+    def _candidates(
+        self, agent_id: str, analysis_id: object, agent_type: str
+    ) -> Iterator[tuple[str, Loader]]:
+        """(source, loader) pairs to try in order: the secondary, then PostgreSQL, newest first."""
+        yield "redis_secondary", lambda: self.load_secondary(agent_id)
+        for row in self._pg_rows(analysis_id, agent_type, PG_SNAPSHOTS_TRIED):
+            yield "postgresql_checkpoint", lambda row=row: _decode_row(row)  # type: ignore[misc]
 
     def restore_from_snapshot(
         self, agent_id: str, analysis_id: object, agent_type: str
@@ -168,26 +200,24 @@ class L1CacheRestorer:
         skipped; if every tier fails, raises ``ConsistencyError`` listing them.
         """
         check_id(agent_id, "agent_id")
-        loaders: list[tuple[str, Callable[[], Loaded | None]]] = [
-            ("redis_secondary", lambda: self.load_secondary(agent_id)),
-            ("postgresql_checkpoint", lambda: self.load_postgres(analysis_id, agent_type)),
-        ]
         failures: list[str] = []
-        for source, load in loaders:
+        for source, load in self._candidates(agent_id, analysis_id, agent_type):
             t0 = time.perf_counter()
             try:
                 loaded = load()
                 if loaded is None:
                     continue
                 report = self.restore_loaded(agent_id, loaded)
-                return RestoreReport(report.source, report.keys, report.seq, report.hash,
-                                     elapsed_ms(t0))  # fmt: skip
+                return RestoreReport(
+                    report.source, report.keys, report.seq, report.hash, elapsed_ms(t0)
+                )
             except (ConsistencyError, CodecError) as exc:
                 log.warning("L1 restore of %s from %s failed: %s", agent_id, source, exc)
                 failures.append(f"{source}: {exc}")
         if failures:
             raise ConsistencyError(
                 "no snapshot could be restored and verified: " + "; ".join(failures),
-                agent_id=agent_id, analysis_id=str(analysis_id),
-            )  # fmt: skip
+                agent_id=agent_id,
+                analysis_id=str(analysis_id),
+            )
         return None

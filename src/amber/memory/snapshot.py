@@ -121,8 +121,9 @@ def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
             if not supported(actual):
                 raise UnsupportedType(
                     f"key {name!r} holds a {actual}, which amber cannot snapshot",
-                    agent_id=agent_id, key=name,
-                )  # fmt: skip
+                    agent_id=agent_id,
+                    key=name,
+                )
             rtype = cast(RedisType, actual)
             memory[name] = Entry(rtype, _decode_reply(rtype, replies[2 + 2 * i]))
             if actual != index[name]:
@@ -141,8 +142,9 @@ def _now() -> str:
 class L1CacheSnapshotter:
     """Snapshots an agent's L1 to the Redis secondary and, on request, PostgreSQL."""
 
-    def __init__(self, client: redis.Redis, pool: ConnectionPool, keys: Keys,
-                 snapshot_ttl: int) -> None:  # fmt: skip
+    def __init__(
+        self, client: redis.Redis, pool: ConnectionPool, keys: Keys, snapshot_ttl: int
+    ) -> None:
         self.redis = client
         self.pg = pool
         self.keys = keys
@@ -173,8 +175,9 @@ class L1CacheSnapshotter:
         pipe.set(self.keys.l1_snapshot(meta.agent_id), blob, px=self.ttl_ms)
         pipe.set(self.keys.l1_snapshot_meta(meta.agent_id), meta.to_json(), px=self.ttl_ms)
 
-    def store(self, snap: Snapshot, checkpoint_id: object | None = None,
-              dual_write: bool = False) -> SnapshotMeta:  # fmt: skip
+    def store(
+        self, snap: Snapshot, checkpoint_id: object | None = None, dual_write: bool = False
+    ) -> SnapshotMeta:
         """Write an already-taken snapshot to the secondary (and into the checkpoint row)."""
         meta = self.meta(snap, checkpoint_id)
         blob = codec.pack_memory(snap.memory)
@@ -193,8 +196,9 @@ class L1CacheSnapshotter:
                 if cur.rowcount == 0:
                     raise CheckpointNotFound(
                         "no checkpoint with this id",
-                        checkpoint_id=meta.checkpoint_id, agent_id=snap.agent_id,
-                    )  # fmt: skip
+                        checkpoint_id=meta.checkpoint_id,
+                        agent_id=snap.agent_id,
+                    )
         return meta
 
     def latest_meta(self, agent_id: str) -> SnapshotMeta | None:

@@ -13,8 +13,9 @@ from amber.memory.working import redis_errors
 class L1TTLManager:
     """Sets the TTL of every key of an agent: L1 keys, index, sequence and snapshot."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, active_ttl: int, paused_ttl: int,
-                 snapshot_ttl: int) -> None:  # fmt: skip
+    def __init__(
+        self, client: redis.Redis, keys: Keys, active_ttl: int, paused_ttl: int, snapshot_ttl: int
+    ) -> None:
         self.redis = client
         self.keys = keys
         self.ACTIVE_TTL = active_ttl
@@ -40,7 +41,8 @@ class L1TTLManager:
         """Give the agent's keys (and ``extra_keys``) the paused TTL; returns L1 keys touched."""
         return self._set(agent_id, self.PAUSED_TTL, self.PAUSED_TTL, extra_keys or [])
 
-    def restore_active_ttl_on_resume(self, agent_id: str,
-                                     extra_keys: list[str] | None = None) -> int:  # fmt: skip
+    def restore_active_ttl_on_resume(
+        self, agent_id: str, extra_keys: list[str] | None = None
+    ) -> int:
         """Back to the active TTL for L1 (snapshot TTL for snapshots); returns keys touched."""
         return self._set(agent_id, self.ACTIVE_TTL, self.SNAPSHOT_TTL, extra_keys or [])

@@ -37,15 +37,18 @@ def redis_errors(agent_id: str, name: str | None = None) -> Iterator[None]:
         if "WRONGTYPE" in text:
             raise WrongType(
                 f"key {name!r} holds another type ({text.split()[-1].lower()})",
-                agent_id=agent_id, key=name,
-            ) from None  # fmt: skip
+                agent_id=agent_id,
+                key=name,
+            ) from None
         raise
     except redis.DataError as exc:
-        raise InvalidValue(f"value for key {name!r} cannot be stored: {exc}",
-                           agent_id=agent_id, key=name) from None  # fmt: skip
+        raise InvalidValue(
+            f"value for key {name!r} cannot be stored: {exc}", agent_id=agent_id, key=name
+        ) from None
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise StoreUnavailable(f"Redis failed during an L1 operation: {exc}",
-                               agent_id=agent_id) from None  # fmt: skip
+        raise StoreUnavailable(
+            f"Redis failed during an L1 operation: {exc}", agent_id=agent_id
+        ) from None
 
 
 class AgentMemory:
@@ -81,8 +84,11 @@ class AgentMemory:
     def _write(self, command: str, name: str, rtype: RedisType, *args: Any) -> Any:
         full = self.key(name)
         if not args:
-            raise InvalidValue(f"{command.lower()} on {name!r} needs at least one value",
-                               agent_id=self.agent_id, key=name)  # fmt: skip
+            raise InvalidValue(
+                f"{command.lower()} on {name!r} needs at least one value",
+                agent_id=self.agent_id,
+                key=name,
+            )
         seq = self.journal(command, name, list(args)) if self.journal else None
         with redis_errors(self.agent_id, name):
             result, _ = self._write_script(

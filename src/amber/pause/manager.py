@@ -61,8 +61,10 @@ class ResumeReport:
 
     def _outcome(self, agent_type: str) -> dict[str, Any]:
         result = self.results.get(agent_type)
-        return {"progress": result.progress if result else None,
-                "status": result.status if result else None}  # fmt: skip
+        return {
+            "progress": result.progress if result else None,
+            "status": result.status if result else None,
+        }
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -72,7 +74,7 @@ class ResumeReport:
             "message": self.message,
             "agents": {t: {**asdict(r), **self._outcome(t)} for t, r in self.recovery.items()},
             "paused_again": self.paused_again.reason if self.paused_again else None,
-        }  # fmt: skip
+        }
 
 
 class PauseManager:
@@ -101,8 +103,9 @@ class PauseManager:
         if record.status in FINISHED:
             raise AnalysisStateError(
                 f"analysis is {record.status}; only a running analysis can be paused",
-                analysis_id=aid, status=record.status,
-            )  # fmt: skip
+                analysis_id=aid,
+                status=record.status,
+            )
         try:
             st.analyses.transition(aid, "paused", ("running",))
         except AnalysisStateError:
@@ -115,12 +118,18 @@ class PauseManager:
             cp = st.checkpointer.save_checkpoint(agent, None, dual_write=True)
             backup = st.keys.checkpoint(aid, agent.agent_type)
             keys = st.ttl_manager.extend_ttl_on_pause(agent.agent_id, extra_keys=[backup])
-            states.append({
-                "agent_type": agent.agent_type, "agent_id": agent.agent_id,
-                "checkpoint_id": cp.checkpoint_id, "completed": len(cp.completed_subtasks),
-                "total": len(agent.subtasks), "next_subtask": cp.current_subtask,
-                "l1_keys": keys, "l1_snapshot_hash": cp.l1_snapshot_hash,
-            })  # fmt: skip
+            states.append(
+                {
+                    "agent_type": agent.agent_type,
+                    "agent_id": agent.agent_id,
+                    "checkpoint_id": cp.checkpoint_id,
+                    "completed": len(cp.completed_subtasks),
+                    "total": len(agent.subtasks),
+                    "next_subtask": cp.current_subtask,
+                    "l1_keys": keys,
+                    "l1_snapshot_hash": cp.l1_snapshot_hash,
+                }
+            )
         with st.pg.connection() as conn:
             row = conn.execute(
                 "INSERT INTO analysis_pauses (analysis_id, reason, paused_by, agents)"
@@ -134,7 +143,9 @@ class PauseManager:
         with self.stack.pg.connection() as conn:
             row = conn.execute(
                 "SELECT reason FROM analysis_pauses WHERE analysis_id = %s AND resumed_at IS NULL"
-                " ORDER BY id DESC LIMIT 1", (aid,)).fetchone()  # fmt: skip
+                " ORDER BY id DESC LIMIT 1",
+                (aid,),
+            ).fetchone()
         return str(row[0]) if row else None
 
     def resume(self, analysis_id: object, by: str = "amber", run: bool = True) -> ResumeReport:
@@ -152,14 +163,18 @@ class PauseManager:
         except AnalysisStateError:
             status = st.analyses.get(aid).status
             if status == "running":
-                return ResumeReport(aid, False, f"analysis {aid} is already running "
-                                                "(resumed elsewhere, or never paused)")  # fmt: skip
+                return ResumeReport(
+                    aid,
+                    False,
+                    f"analysis {aid} is already running (resumed elsewhere, or never paused)",
+                )
             raise
         recovery = {}
         for entry in record.agents:
             rep = st.recovery.recover_agent_state(entry["agent_id"], aid, entry["agent_type"])
-            st.checkpointer.extend_backup_ttl(aid, entry["agent_type"],
-                                              st.settings.checkpoint_backup_ttl)  # fmt: skip
+            st.checkpointer.extend_backup_ttl(
+                aid, entry["agent_type"], st.settings.checkpoint_backup_ttl
+            )
             recovery[entry["agent_type"]] = rep
         with st.pg.connection() as conn:
             conn.execute(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +66,31 @@ def open_redis(url: str, timeout: float) -> redis.Redis:
     return client
 
 
+class AmberPool(ConnectionPool):
+    """A psycopg pool whose connection failures surface as ``StoreUnavailable``."""
+
+    def __init__(self, conninfo: str, **kwargs: Any) -> None:
+        self.safe_url = redact(conninfo)
+        super().__init__(conninfo, **kwargs)
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; a lost or unreachable server is ``StoreUnavailable``."""
+        try:
+            with super().connection(timeout) as conn:
+                yield conn
+        except PoolTimeout:
+            raise StoreUnavailable(
+                "PostgreSQL: no connection could be had in time", url=self.safe_url
+            ) from None
+        except psycopg.OperationalError as exc:
+            with contextlib.suppress(Exception):
+                self.check()  # drop the other idle connections to the lost server too
+            raise StoreUnavailable(
+                f"PostgreSQL connection failed: {exc}".strip(), url=self.safe_url
+            ) from None
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     set_json_loads(orjson.loads, conn)
     set_json_dumps(orjson.dumps, conn)
@@ -77,7 +104,7 @@ def open_pg(url: str, timeout: float, max_size: int) -> ConnectionPool:
         raise StoreUnavailable(
             f"PostgreSQL did not answer within {timeout:g}s: {exc}".strip(), url=redact(url)
         ) from None
-    pool = ConnectionPool(
+    pool = AmberPool(
         url,
         configure=_configure,
         min_size=1,

@@ -1,0 +1,60 @@
+"""A server that goes away mid-work is a clear StoreUnavailable, and loses nothing stored."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import amber
+from amber import StoreUnavailable
+from amber.engines.embedded import EmbeddedPostgres, EmbeddedRedis
+
+from .checkpoints.test_checkpointer import Probe
+from .conftest import Engines
+
+
+@pytest.fixture
+def own(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedPostgres]]:
+    r, p = EmbeddedRedis(tmp_path), EmbeddedPostgres(tmp_path)
+    r.ensure()
+    p.ensure()
+    yield r, p
+    r.stop()
+    p.stop()
+
+
+def test_postgres_outage_then_return(own: tuple[EmbeddedRedis, EmbeddedPostgres]) -> None:
+    redis_server, pg_server = own
+    with amber.connect(redis_server.url, pg_server.url(), connect_timeout=2) as stack:
+        agent = Probe(str(uuid.uuid4()), "AAPL", stack.memory("outage-agent"))
+        agent.complete("one", agent.run_subtask("one"))
+        saved = stack.checkpointer.save_checkpoint(agent, "one")
+        pg_server.stop()
+        with pytest.raises(StoreUnavailable, match="PostgreSQL"):
+            stack.checkpointer.save_checkpoint(agent, "two")
+        with pytest.raises(StoreUnavailable):
+            stack.analyses.list()
+        # the Redis backup still serves the acknowledged checkpoint meanwhile
+        assert (
+            stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent").checkpoint
+            == saved
+        )
+        pg_server.ensure()
+        assert stack.checkpointer.get(saved.checkpoint_id) == saved
+
+
+def test_redis_outage_is_clear(
+    own: tuple[EmbeddedRedis, EmbeddedPostgres], engines: Engines
+) -> None:
+    redis_server, pg_server = own
+    with amber.connect(redis_server.url, pg_server.url(), connect_timeout=1) as stack:
+        mem = stack.memory("outage-agent")
+        mem.set("k", "v")
+        redis_server.stop()
+        with pytest.raises(StoreUnavailable):
+            mem.set("k", "w")
+        with pytest.raises(StoreUnavailable):
+            stack.snapshotter.take("outage-agent")

@@ -1,0 +1,390 @@
+"""Shared parts of the benchmark scripts: engines, payload, timing, header and table.
+
+Not a benchmark itself (``make bench`` runs ``bench/bench_*.py`` only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib.metadata
+import math
+import os
+import platform
+import random
+import shlex
+import shutil
+import string
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+import redis
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import amber
+from amber.agents.base import BaseAgent
+from amber.engines.embedded import ensure_embedded, stop_embedded
+from amber.engines.stack import Stack, redact
+from amber.memory.working import AgentMemory
+
+SEED = 20_261_122
+"""Seed of every payload: two runs measure the same bytes."""
+
+PACKAGES = (
+    "amber", "redis", "hiredis", "psycopg", "psycopg-binary", "psycopg-pool", "orjson",
+    "zstandard", "langgraph-checkpoint", "langgraph-checkpoint-postgres", "ormsgpack",
+)  # fmt: skip
+
+
+# -- the payload -----------------------------------------------------------------------
+WORDS = [
+    "revenue",
+    "margin",
+    "guidance",
+    "quarter",
+    "growth",
+    "cash",
+    "flow",
+    "capex",
+    "dividend",
+    "buyback",
+    "debt",
+    "equity",
+    "valuation",
+    "multiple",
+    "peer",
+    "sector",
+    "risk",
+    "outlook",
+    "demand",
+    "supply",
+    "pricing",
+    "churn",
+    "segment",
+    "forecast",
+    "consensus",
+    "estimate",
+    "upside",
+    "downside",
+    "catalyst",
+    "moat",
+]
+
+
+@dataclass
+class Payload:
+    """About 100 KB in 100 values per 100 keys: 40 short strings, 25 lists of 100 floats,
+    25 cached API responses (nested dicts holding a list of items), 10 chat message lists.
+
+    ``values`` holds the Python objects (the agent's state, LangGraph's channel values);
+    :meth:`apply` writes them to L1 the way agent code would.
+    """
+
+    rng: random.Random
+    scale: int = 1
+    """Number of 100-value groups (100 keys each)."""
+    values: dict[str, Any] = field(default_factory=dict)
+    step: int = 0
+
+    @classmethod
+    def make(cls, scale: int = 1, seed: int = SEED) -> Payload:
+        p = cls(random.Random(seed), scale)
+        for name in p.names():
+            p.values[name] = p.fresh(name)
+        return p
+
+    def names(self) -> list[str]:
+        out = []
+        for g in range(self.scale):
+            out += [f"g{g}:note:{i}" for i in range(40)]
+            out += [f"g{g}:series:{i}" for i in range(25)]
+            out += [f"g{g}:api_cache:{i}" for i in range(25)]
+            out += [f"g{g}:chat:{i}" for i in range(10)]
+        return out
+
+    @staticmethod
+    def kind(name: str) -> str:
+        return name.split(":")[1]
+
+    def _text(self, words: int) -> str:
+        return " ".join(self.rng.choice(WORDS) for _ in range(words))
+
+    def fresh(self, name: str) -> Any:
+        """A new value of the kind ``name`` holds."""
+        r, kind = self.rng, self.kind(name)
+        if kind == "note":
+            return f"{self._text(6)} #{self.step}"
+        if kind == "series":
+            return [r.uniform(-1000.0, 1000.0) for _ in range(100)]
+        if kind == "api_cache":
+            ticker = "".join(r.choice(string.ascii_uppercase) for _ in range(4))
+            return {
+                "provider": "marketdata", "endpoint": "daily_bars", "status": 200,
+                "request": {"ticker": ticker, "step": self.step},
+                "data": {"ticker": ticker, "currency": "USD", "items": [
+                    {"date": f"2026-{1 + k % 12:02d}-{1 + k:02d}",
+                     "open": round(r.uniform(10, 500), 2), "close": round(r.uniform(10, 500), 2),
+                     "volume": r.randrange(10**5, 10**8)}
+                    for k in range(18)
+                ]},
+            }  # fmt: skip
+        return [{"role": ("user", "assistant")[k % 2], "content": self._text(20)} for k in range(8)]
+
+    def change(self, count: int | None) -> list[str]:
+        """Give ``count`` random values (all if None) new contents; return their names."""
+        self.step += 1
+        names = self.names()
+        chosen = names if count is None else self.rng.sample(names, count)
+        for name in chosen:
+            self.values[name] = self.fresh(name)
+        return chosen
+
+    def write_l1(self, mem: AgentMemory, names: list[str] | None = None) -> None:
+        """Put values into working memory: strings with ``set``, lists with ``rpush``,
+        API responses as JSON strings, chat messages as JSON strings in a list."""
+        for name in self.values if names is None else names:
+            value, kind = self.values[name], self.kind(name)
+            if kind == "note":
+                mem.set(name, value)
+            elif kind == "api_cache":
+                mem.set(name, orjson.dumps(value))
+            else:
+                if names is not None:
+                    mem.delete(name)
+                items = value if kind == "series" else [orjson.dumps(m) for m in value]
+                mem.rpush(name, *items)
+
+    def json_bytes(self) -> int:
+        """Size of the values as JSON."""
+        return len(orjson.dumps(self.values))
+
+
+class BenchAgent(BaseAgent):
+    """A minimal agent whose state (interim results) is the payload."""
+
+    agent_type = "bench_agent"
+    version = "1.0"
+    subtasks = ("gather", "analyse", "report")
+
+    def run_subtask(self, name: str) -> Any:
+        return None
+
+
+def make_agent(stack: Stack, payload: Payload | None, write_l1: bool = True) -> BenchAgent:
+    """A fresh agent (new analysis and agent id) holding ``payload`` in state and L1."""
+    mem = stack.memory(BaseAgent.new_agent_id(BenchAgent.agent_type))
+    agent = BenchAgent(str(uuid.uuid4()), "BNCH", mem)
+    if payload is not None:
+        agent.interim_results = payload.values
+        if write_l1:
+            payload.write_l1(mem)
+    return agent
+
+
+# -- engines -----------------------------------------------------------------------------
+@dataclass
+class Engines:
+    stack: Stack
+    database_url: str
+    admin_url: str
+    embedded: bool
+    data_dir: Path
+    prefix: str
+
+
+@contextlib.contextmanager
+def engines(tag: str) -> Iterator[Engines]:
+    """amber on a database and key prefix of its own, removed afterwards.
+
+    ``AMBER_REDIS_URL`` / ``AMBER_DATABASE_URL`` if set, else embedded servers in a
+    temporary directory (stopped and deleted at the end).
+    """
+    redis_url = os.environ.get("AMBER_REDIS_URL")
+    admin_url = os.environ.get("AMBER_DATABASE_URL")
+    data_dir = Path(tempfile.mkdtemp(prefix=f"amber-{tag}-"))
+    started = not (redis_url and admin_url)
+    run = uuid.uuid4().hex[:10]
+    prefix, dbname = f"bench-{run}", f"amber_bench_{run}"
+    stack: Stack | None = None
+    created_db = False
+    try:
+        if started:
+            urls = ensure_embedded(data_dir, redis=not redis_url, postgres=not admin_url)
+            redis_url = redis_url or urls["redis"]
+            admin_url = admin_url or urls["postgres"]
+        assert redis_url and admin_url
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{dbname}"')
+        created_db = True
+        database_url = make_conninfo(admin_url, dbname=dbname)
+        stack = amber.connect(redis_url, database_url, data_dir=data_dir, prefix=prefix)
+        yield Engines(stack, database_url, admin_url, started, data_dir, prefix)
+    finally:
+        if stack is not None:
+            client = redis.Redis.from_url(stack.redis_url)
+            batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+            for i in range(0, len(batch), 500):
+                client.delete(*batch[i : i + 500])
+            client.close()
+            stack.close()
+        if created_db and admin_url:
+            with psycopg.connect(admin_url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        if started:
+            stop_embedded(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def pg_url_for_libpq(url: str) -> str:
+    """The URL with its database, as libpq parameters (for psycopg.connect)."""
+    return make_conninfo(**conninfo_to_dict(url))
+
+
+# -- timing -----------------------------------------------------------------------------
+@dataclass
+class Stats:
+    n: int
+    p50: float
+    p99: float
+    ops: float
+    """Operations per second over the whole series (n / sum of times)."""
+
+
+def stats(samples_ms: list[float]) -> Stats:
+    s = sorted(samples_ms)
+    n = len(s)
+    p50 = (s[(n - 1) // 2] + s[n // 2]) / 2
+    p99 = s[max(0, math.ceil(0.99 * n) - 1)]
+    return Stats(n, p50, p99, 1000.0 * n / sum(s))
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Milliseconds one call of ``fn`` took, and its result."""
+    t0 = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - t0) * 1000, out
+
+
+def series(
+    ops: dict[str, Callable[[int], Any]],
+    n: int,
+    before: Callable[[int], Any] | None = None,
+    warmup: int = 3,
+    budget_s: float | None = None,
+) -> dict[str, list[float]]:
+    """Time each op ``n`` times, interleaved round by round (the order rotates each round,
+    so machine noise hits every contender alike). ``before(i)`` runs untimed first.
+    Stops early once ``budget_s`` seconds have passed (at least 5 timed rounds)."""
+    names = list(ops)
+    out: dict[str, list[float]] = {k: [] for k in names}
+    start = time.perf_counter()
+    gc.collect()
+    for i in range(-warmup, n):
+        if before is not None:
+            before(i)
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            ms, _ = timed(lambda name=name, i=i: ops[name](i))
+            if i >= 0:
+                out[name].append(ms)
+        if budget_s is not None and i >= 4 and time.perf_counter() - start > budget_s:
+            break
+    return out
+
+
+# -- output -----------------------------------------------------------------------------
+def header(title: str, eng: Engines, extra: dict[str, str] | None = None) -> None:
+    """Print the command, the machine and every version that matters."""
+    server = eng.stack.server_versions()
+    load = os.getloadavg()
+    print(f"# {title}")
+    print(f"command:    {shlex.join(sys.orig_argv)}   (cwd {os.getcwd()})")
+    print(f"date:       {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+    print(f"machine:    nproc={os.cpu_count()} ({_cpu_model()}), {platform.platform()}, "
+          f"load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
+    print(f"python:     {platform.python_implementation()} {platform.python_version()}")
+    print("packages:   " + ", ".join(f"{p} {_version(p)}" for p in PACKAGES))
+    print(f"servers:    redis-server {server['redis']}, PostgreSQL {server['postgresql']} "
+          f"({'embedded, unix sockets' if eng.embedded else 'external'})")  # fmt: skip
+    print(f"redis:      {redact(eng.stack.redis_url)}")
+    print(f"postgresql: {redact(eng.database_url)}")
+    for k, v in (extra or {}).items():
+        print(f"{k + ':':<11} {v}")
+    print()
+
+
+def _version(pkg: str) -> str:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "?"
+
+
+TABLE_HEADER = ("operation", "n", "p50 ms", "p99 ms", "ops/s", "ratio", "vs", "goal", "met")
+
+
+@dataclass
+class Row:
+    operation: str
+    st: Stats
+    ratio: float | None = None
+    vs: str = ""
+    goal: str = ""
+    met: bool | None = None
+
+
+def table(rows: list[Row | str]) -> None:
+    """One plain-text table; a str row is a section line."""
+    cells = [
+        (r.operation, str(r.st.n), f"{r.st.p50:.3f}", f"{r.st.p99:.3f}", f"{r.st.ops:,.0f}",
+         "" if r.ratio is None else f"{r.ratio:.2f}x", r.vs, r.goal,
+         "" if r.met is None else ("yes" if r.met else "NO"))
+        if isinstance(r, Row) else None
+        for r in rows
+    ]  # fmt: skip
+    widths = [len(h) for h in TABLE_HEADER]
+    for c in cells:
+        if c is not None:
+            widths = [max(w, len(x)) for w, x in zip(widths, c, strict=True)]
+    right = {1, 2, 3, 4, 5}
+
+    def fmt(c: tuple[str, ...]) -> str:
+        return "  ".join(
+            x.rjust(w) if i in right else x.ljust(w)
+            for i, (x, w) in enumerate(zip(c, widths, strict=True))
+        ).rstrip()
+
+    line = fmt(TABLE_HEADER)
+    print(line)
+    print("-" * len(line))
+    for r, c in zip(rows, cells, strict=True):
+        print(fmt(c) if c is not None else f"[{r}]")
+    print()
+
+
+def have_langgraph() -> bool:
+    try:
+        import langgraph.checkpoint.postgres  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def quick_flag() -> bool:
+    return "--quick" in sys.argv[1:]

@@ -179,11 +179,15 @@ class BenchAgent(BaseAgent):
 
 
 def make_agent(stack: Stack, payload: Payload | None, write_l1: bool = True) -> BenchAgent:
-    """A fresh agent (new analysis and agent id) holding ``payload`` in state and L1."""
+    """A fresh agent (new analysis and agent id) holding ``payload`` in its working memory.
+
+    As in a real agent, the bulk lives in working memory; the checkpoint's interim
+    results are a small deliverable summary.
+    """
     mem = stack.memory(BaseAgent.new_agent_id(BenchAgent.agent_type))
     agent = BenchAgent(str(uuid.uuid4()), "BNCH", mem)
     if payload is not None:
-        agent.interim_results = payload.values
+        agent.interim_results = {"gather": {"values": len(payload.values), "status": "ok"}}
         if write_l1:
             payload.write_l1(mem)
     return agent

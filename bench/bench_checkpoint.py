@@ -3,10 +3,11 @@
     .venv/bin/python bench/bench_checkpoint.py [--quick]
 
 The payload: about 100 KB in 100 values (40 short strings, 25 lists of 100 floats,
-25 cached API responses, 10 chat message lists) from a fixed seed. It is both the
-agent's working memory (L1, in Redis) and its state (``interim_results``), which a
-checkpoint carries; LangGraph gets the same 100 values as its channel values, on the
-same PostgreSQL, in the same run, interleaved round by round with amber's calls.
+25 cached API responses, 10 chat message lists) from a fixed seed. It is the agent's
+working memory (L1, in Redis), which every checkpoint snapshots; the checkpoint's own
+state (progress, a small deliverable) is small, as in a real agent. LangGraph gets the
+same 100 values as its channel values, on the same PostgreSQL, in the same run,
+interleaved round by round with amber's calls.
 
 Uses AMBER_REDIS_URL / AMBER_DATABASE_URL if set, else embedded servers in a temporary
 directory; creates its own database and key prefix and removes them afterwards.
@@ -161,7 +162,7 @@ def _restore_agent(eng: Engines, seed: int, earlier: int) -> BenchAgent:
             conn.execute("ANALYZE agent_checkpoints")
         agent.l1_cache.delete("tiny")
     payload = Payload.make(seed=seed)
-    agent.interim_results = payload.values
+    agent.interim_results = {"gather": {"values": len(payload.values), "status": "ok"}}
     payload.write_l1(agent.l1_cache)
     for _ in range(full_before + 1):
         cp.save_checkpoint(agent, "gather")
@@ -208,7 +209,7 @@ def bench_restore(eng: Engines, saver: Any, n: int, history: int, rows: list[Row
     def restore(agent: BenchAgent, source: str) -> Any:
         r = cp.restore_checkpoint(agent.analysis_id, agent.agent_type)
         assert r.source == source, r
-        assert len(r.checkpoint.interim_results) == 100
+        assert r.checkpoint.interim_results["gather"]["values"] == 100
         return r
 
     def raw_get(agent: BenchAgent) -> bytes:

@@ -105,21 +105,40 @@ def _decode_score(doc: object, where: str) -> float:
     raise CodecError(f"{where}: invalid zset score {doc!r}")
 
 
+def _encode_all(values: list[bytes]) -> list[Any]:
+    """``[encode_bytes(v) for v in values]``, in C when every value is plain ASCII."""
+    joined = b"".join(values)
+    if joined.isascii() and b"\x00" not in joined:
+        return list(map(bytes.decode, values))
+    return [encode_bytes(v) for v in values]
+
+
+def _decode_all(docs: list[Any], where: str) -> list[bytes]:
+    """``[decode_bytes(d) for d in docs]``, in C when every item is text."""
+    try:
+        return list(map(str.encode, docs))
+    except TypeError:
+        return [decode_bytes(d, f"{where}[{i}]") for i, d in enumerate(docs)]
+
+
 # -- one value --------------------------------------------------------------------------
 def encode_value(rtype: RedisType, value: Value) -> Any:
     """Canonical JSON-able form of one typed value."""
     if rtype == "string":
         return encode_bytes(cast(bytes, value))
     if rtype == "list":
-        return [encode_bytes(v) for v in cast(ListValue, value)]
+        return _encode_all(cast(ListValue, value))
     if rtype == "hash":
-        items = sorted(cast(HashValue, value).items())
-        return [[encode_bytes(f), encode_bytes(v)] for f, v in items]
+        fields = sorted(cast(HashValue, value))
+        mapping = cast(HashValue, value)
+        flat = _encode_all([b for f in fields for b in (f, mapping[f])])
+        return [flat[i : i + 2] for i in range(0, len(flat), 2)]
     if rtype == "set":
-        return [encode_bytes(m) for m in sorted(cast(SetValue, value))]
+        return _encode_all(sorted(cast(SetValue, value)))
     if rtype == "zset":
         pairs = sorted(cast(ZSetValue, value), key=lambda p: (p[1], p[0]))
-        return [[encode_bytes(m), _encode_score(s)] for m, s in pairs]
+        members = _encode_all([m for m, _ in pairs])
+        return [[m, _encode_score(s)] for m, (_, s) in zip(members, pairs, strict=True)]
     raise CodecError(f"unsupported Redis type {rtype!r}")
 
 
@@ -136,7 +155,7 @@ def decode_value(rtype: str, doc: object, where: str = "value") -> Value:
     if rtype in ("list", "set"):
         if not isinstance(doc, list):
             raise CodecError(f"{where}: expected a list")
-        items = [decode_bytes(v, f"{where}[{i}]") for i, v in enumerate(doc)]
+        items = _decode_all(doc, where)
         return items if rtype == "list" else set(items)
     if rtype == "hash":
         return {
@@ -157,15 +176,46 @@ def normalize(rtype: RedisType, value: Value) -> Value:
 
 
 # -- a whole memory ---------------------------------------------------------------------
-def memory_document(memory: Memory) -> dict[str, Any]:
-    """JSON-able snapshot document of a memory (TTLs included)."""
+Canonical = dict[str, tuple[RedisType, Any, int]]
+"""A memory with every value in canonical JSON-able form: name → (type, value, ttl_ms)."""
+
+
+def canonical(memory: Memory) -> Canonical:
+    """Encode every value of a memory once; hash and document are built from this."""
+    return {n: (e.type, encode_value(e.type, e.value), e.ttl_ms) for n, e in memory.items()}
+
+
+def canonical_hash(canon: Canonical) -> str:
+    """SHA-256 over names, types and encoded values (not TTLs): see :func:`memory_hash`."""
+    doc = {name: [t, v] for name, (t, v, _) in canon.items()}
+    return hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def canonical_document(canon: Canonical) -> dict[str, Any]:
+    """The snapshot document of an encoded memory."""
     return {
         "format": FORMAT_VERSION,
-        "keys": {
-            name: {"type": e.type, "value": encode_value(e.type, e.value), "ttl_ms": e.ttl_ms}
-            for name, e in memory.items()
-        },
+        "keys": {n: {"type": t, "value": v, "ttl_ms": ttl} for n, (t, v, ttl) in canon.items()},
     }
+
+
+def document_hash(doc: dict[str, Any]) -> str:
+    """The memory hash of a snapshot document as stored, without decoding its values.
+
+    Equal to :func:`memory_hash` of the decoded memory when the document is canonical;
+    a document altered in any way (even one reordered set) hashes differently.
+    """
+    try:
+        keys = doc["keys"]
+        flat = {n: [item["type"], item["value"]] for n, item in keys.items()}
+    except (KeyError, TypeError, AttributeError):
+        raise CodecError("snapshot document has no well-formed 'keys' object") from None
+    return hashlib.sha256(orjson.dumps(flat, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def memory_document(memory: Memory) -> dict[str, Any]:
+    """JSON-able snapshot document of a memory (TTLs included)."""
+    return canonical_document(canonical(memory))
 
 
 def encode_memory(memory: Memory) -> bytes:
@@ -191,19 +241,25 @@ def memory_from_document(doc: object) -> dict[str, Entry]:
     return memory
 
 
-def decode_memory(raw: bytes | str) -> dict[str, Entry]:
-    """Inverse of :func:`encode_memory`."""
+def decode_document(raw: bytes | str) -> dict[str, Any]:
+    """Parse snapshot JSON into its document, without decoding the values."""
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise CodecError(f"snapshot is not valid JSON: {exc}") from None
-    return memory_from_document(doc)
+    if not isinstance(doc, dict):
+        raise CodecError("snapshot is not a JSON object")
+    return doc
+
+
+def decode_memory(raw: bytes | str) -> dict[str, Entry]:
+    """Inverse of :func:`encode_memory`."""
+    return memory_from_document(decode_document(raw))
 
 
 def memory_hash(memory: Memory) -> str:
     """SHA-256 (hex) over key names, types and values of a memory; TTLs excluded."""
-    canon = {name: [e.type, encode_value(e.type, e.value)] for name, e in memory.items()}
-    return hashlib.sha256(orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return canonical_hash(canonical(memory))
 
 
 PACK_LEVEL = 1

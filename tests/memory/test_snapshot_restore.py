@@ -185,3 +185,34 @@ def test_corrupt_newest_pg_snapshot_falls_back_to_an_older_one(
     report = stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
     assert report is not None and report.source == "postgresql_checkpoint"
     assert report.hash == older.hash and report.seq == older.seq and not mem.exists("later")
+
+
+def test_chunked_read_of_a_big_memory_is_a_point_in_time(stack: amber.Stack, agent_id: str) -> None:
+    from amber.memory.snapshot import READ_CHUNK
+
+    mem = stack.memory(agent_id)
+    names = [f"k{i:05d}" for i in range(READ_CHUNK * 2 + 10)]
+    for name in names:
+        mem.set(name, 0)
+    first, last = names[0], names[-1]  # in the first and the last chunk
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            mem.set(first, i)
+            mem.set(last, i)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(20):
+            snap = read_memory(stack.redis, stack.keys, agent_id)
+            a, z = (int(snap.memory[n].value) for n in (first, last))  # type: ignore[arg-type]
+            assert z <= a <= z + 1
+            assert len(snap.memory) == len(names)
+    finally:
+        stop.set()
+        t.join()
+    mem.clear()

@@ -95,9 +95,9 @@ def decode_doc(raw: bytes, expected_sha256: str | None = None) -> dict[str, Any]
     return doc
 
 
-def seal(raw: bytes) -> bytes:
-    """The Redis backup value: SHA-256 hex of ``raw``, then ``raw`` zstd-compressed."""
-    return codec.sha256_hex(raw).encode() + codec.pack(raw)
+def seal(digest: str, packed: bytes) -> bytes:
+    """The Redis backup value: the SHA-256 hex of the raw record, then the packed record."""
+    return digest.encode() + packed
 
 
 def unseal(blob: bytes) -> dict[str, Any]:

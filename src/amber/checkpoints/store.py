@@ -29,7 +29,7 @@ from amber.memory.working import redis_errors
 log = logging.getLogger("amber.checkpoints")
 
 PG_FALLBACK_ROWS = 3
-"""Newest PostgreSQL rows tried, newest first, when the latest fails its checksum."""
+"""PostgreSQL rows tried, newest first, when the newest fails its checksum."""
 
 
 class Checkpointable(Protocol):
@@ -130,8 +130,9 @@ class AgentCheckpointer:
             extra={"subtask_completed": subtask_completed},
         )
         raw = cp.encode()
+        packed, digest = codec.pack(raw), codec.sha256_hex(raw)
         dual = self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
-        blob = codec.pack_memory(snap.memory)
+        blob = snap.pack()
         meta = self.snapshotter.meta(snap, cp.checkpoint_id)
         with self.pg.connection() as conn:
             conn.execute(
@@ -160,7 +161,7 @@ class AgentCheckpointer:
         backup_key = self.keys.checkpoint(cp.analysis_id, cp.agent_type)
         try:
             with redis_errors(agent.agent_id), self.redis.pipeline(transaction=True) as pipe:
-                pipe.set(backup_key, seal(raw), px=self.backup_ttl_ms)
+                pipe.set(backup_key, seal(digest, packed), px=self.backup_ttl_ms)
                 self.snapshotter.write_secondary(pipe, meta, blob)
                 pipe.execute()
         except StoreUnavailable:
@@ -206,25 +207,39 @@ class AgentCheckpointer:
         )
 
     def _latest_row(self, aid: str, atype: str, skipped: list[str]) -> dict[str, Any]:
-        with self.pg.connection() as conn:
-            rows = conn.execute(
-                "SELECT checkpoint_id, state, state_sha256 FROM agent_checkpoints"
-                " WHERE analysis_id = %s AND agent_type = %s ORDER BY id DESC LIMIT %s",
-                (aid, atype, PG_FALLBACK_ROWS),
-            ).fetchall()
-        for cid, state, digest in rows:
-            try:
-                return decode_doc(codec.unpack(state), digest)
-            except (CheckpointCorrupt, codec.CodecError) as exc:
-                log.error("checkpoint %s in PostgreSQL is corrupt: %s", cid, exc)
-                skipped.append(f"postgresql {cid}: {exc}")
-        if skipped and rows:
+        """The newest row that passes its checksum; older rows are read only if needed."""
+        rows = self._rows(aid, atype, 0, 1)
+        if rows and (doc := self._verified(rows[0], skipped)) is not None:
+            return doc
+        for row in self._rows(aid, atype, 1, PG_FALLBACK_ROWS - 1) if rows else []:
+            if (doc := self._verified(row, skipped)) is not None:
+                return doc
+        if rows:
             raise CheckpointCorrupt(
                 "no checkpoint passed its checksum: " + "; ".join(skipped),
                 analysis_id=aid,
                 agent_type=atype,
             )
         raise CheckpointNotFound("no checkpoint for this agent", analysis_id=aid, agent_type=atype)
+
+    def _rows(self, aid: str, atype: str, offset: int, limit: int) -> list[tuple[Any, ...]]:
+        with self.pg.connection() as conn:
+            return conn.execute(
+                "SELECT checkpoint_id, state, state_sha256 FROM agent_checkpoints"
+                " WHERE analysis_id = %s AND agent_type = %s ORDER BY id DESC"
+                " OFFSET %s LIMIT %s",
+                (aid, atype, offset, limit),
+            ).fetchall()
+
+    @staticmethod
+    def _verified(row: tuple[Any, ...], skipped: list[str]) -> dict[str, Any] | None:
+        cid, state, digest = row
+        try:
+            return decode_doc(codec.unpack(state), digest)
+        except (CheckpointCorrupt, codec.CodecError) as exc:
+            log.error("checkpoint %s in PostgreSQL is corrupt: %s", cid, exc)
+            skipped.append(f"postgresql {cid}: {exc}")
+            return None
 
     def get(self, checkpoint_id: object) -> Checkpoint:
         """One checkpoint by id, from PostgreSQL, checksum verified."""

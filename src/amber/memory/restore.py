@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+import msgpack
 import redis
 from psycopg_pool import ConnectionPool
 
@@ -15,6 +16,7 @@ from amber import codec
 from amber.codec import CodecError, Entry
 from amber.errors import ConsistencyError
 from amber.keys import Keys, check_id, check_uuid
+from amber.memory import scripts
 from amber.memory.snapshot import Snapshot, SnapshotMeta, elapsed_ms, read_memory
 from amber.memory.working import redis_errors
 
@@ -39,7 +41,10 @@ class Loaded:
     source: str
     memory: dict[str, Entry]
     hash: str
+    """The hash recorded when the snapshot was taken."""
     seq: int
+    stored_hash: str | None = None
+    """The hash of the document as read back (None: compute it from ``memory``)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class ConsistencyVerifier:
 
     def check_snapshot(self, agent_id: str, loaded: Loaded) -> None:
         """Before writing: the snapshot must hash to what its meta says."""
-        actual = codec.memory_hash(loaded.memory)
+        actual = loaded.stored_hash or codec.memory_hash(loaded.memory)
         if actual != loaded.hash:
             raise ConsistencyError(
                 f"snapshot from {loaded.source} does not match its hash (corrupted)",
@@ -87,46 +92,61 @@ class ConsistencyVerifier:
         return snap
 
 
+def _flat(entry: Entry) -> bytes | list[bytes | str]:
+    """A value as the RESTORE script takes it (zset scores as Redis parses them)."""
+    v = entry.value
+    if entry.type == "string":
+        return cast(bytes, v)
+    if entry.type == "list":
+        return cast(list[bytes | str], v)
+    if entry.type == "set":
+        return list(cast(set[bytes], v))
+    if entry.type == "hash":
+        return [b for pair in cast(dict[bytes, bytes], v).items() for b in pair]
+    return [b for m, score in cast(list[tuple[bytes, float]], v) for b in (repr(score), m)]
+
+
 def apply_memory(
     client: redis.Redis, keys: Keys, agent_id: str, memory: dict[str, Entry], seq: int, ttl_ms: int
 ) -> None:
-    """Replace the agent's whole L1 with ``memory`` in one MULTI/EXEC.
+    """Replace the agent's whole L1 with ``memory`` in one Lua script (atomic).
 
-    Stale keys are those the index lists; with no index, a SCAN of the agent's key
-    space finds them (a repair path: only when the index itself is gone).
+    Stale keys are those the index lists. Keys an expired index no longer names
+    cannot be read through amber and expire by their own TTL.
     """
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     for name, entry in memory.items():
         if entry.type != "string" and not entry.value:
             raise CodecError(f"key {name!r}: an empty {entry.type} cannot exist in Redis")
+    names = list(memory)
+    payload = msgpack.packb([[memory[n].type, _flat(memory[n])] for n in names], use_bin_type=False)
     with redis_errors(agent_id):
-        stale = [k.decode() for k in cast(list[bytes], client.hkeys(index_key))]
-        full_stale = [keys.l1(agent_id, n) for n in stale]
-        if not stale:
-            base = keys.l1_base(agent_id)
-            full_stale = [k.decode() for k in client.scan_iter(match=base + "*", count=1000)]
-        with client.pipeline(transaction=True) as pipe:
-            if full_stale:
-                pipe.delete(*full_stale)
-            pipe.delete(index_key)
-            for name, entry in memory.items():
-                full = keys.l1(agent_id, name)
-                pipe.delete(full)
-                _WRITERS[entry.type](pipe, full, entry.value)
-                pipe.pexpire(full, ttl_ms)
-            if memory:
-                pipe.hset(index_key, mapping={n: e.type for n, e in memory.items()})
-                pipe.pexpire(index_key, ttl_ms)
-            pipe.set(seq_key, seq, px=ttl_ms)
-            pipe.execute()
+        stale = {k.decode() for k in cast(list[bytes], client.hkeys(index_key))} - set(names)
+        script = client.register_script(scripts.RESTORE)
+        script(
+            keys=[
+                index_key,
+                seq_key,
+                *(keys.l1(agent_id, n) for n in names),
+                *(keys.l1(agent_id, n) for n in sorted(stale)),
+            ],
+            args=[payload, len(names), ttl_ms, seq, *names],
+        )
 
 
 Loader = Callable[[], Loaded | None]
 
 
+def _loaded(source: str, blob: bytes, recorded_hash: str, seq: int) -> Loaded:
+    """Decode a stored snapshot, hashing the document as stored before trusting it."""
+    doc = codec.decode_document(codec.unpack(blob))
+    stored = codec.document_hash(doc)
+    return Loaded(source, codec.memory_from_document(doc), recorded_hash, seq, stored)
+
+
 def _decode_row(row: tuple[Any, ...]) -> Loaded:
     blob, digest, seq = row
-    return Loaded("postgresql_checkpoint", codec.unpack_memory(blob), str(digest), int(seq or 0))
+    return _loaded("postgresql_checkpoint", blob, str(digest), int(seq or 0))
 
 
 class L1CacheRestorer:

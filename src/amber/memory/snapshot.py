@@ -9,8 +9,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, cast
 
+import msgpack
 import orjson
 import redis
 from psycopg_pool import ConnectionPool
@@ -25,6 +27,12 @@ from amber.memory.working import redis_errors, supported
 WATCH_RETRIES = 50
 """Times a snapshot read starts over because keys were added or removed meanwhile."""
 
+READ_CHUNK = 500
+"""Keys read per script call, so a big memory never holds Redis for long."""
+
+CHUNKED_ATTEMPTS = 3
+"""Chunked reads tried before one script reads a big memory whole."""
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -36,10 +44,20 @@ class Snapshot:
     missing: tuple[str, ...]
     """Keys the index lists but that had expired; dropped from the index by the read."""
 
-    @property
+    @cached_property
+    def canonical(self) -> codec.Canonical:
+        """Every value encoded once, for the hash and the stored document."""
+        return codec.canonical(self.memory)
+
+    @cached_property
     def hash(self) -> str:
         """SHA-256 over keys, types and values (not TTLs)."""
-        return codec.memory_hash(self.memory)
+        return codec.canonical_hash(self.canonical)
+
+    def pack(self) -> bytes:
+        """The stored form: zstd canonical JSON."""
+        doc = codec.canonical_document(self.canonical)
+        return codec.pack(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))
 
     @property
     def indexed(self) -> bool:
@@ -88,28 +106,48 @@ def _decode_reply(rtype: RedisType, reply: Any) -> codec.Value:
 def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
     """Read every key of an agent's L1 at one instant. Drops expired keys from the index.
 
-    One Lua script reads all keys the index lists (declared in ``KEYS[]``, one slot);
-    it starts over only if the set of keys changed in between, never for new values.
+    Lua scripts read the keys the index lists (declared in ``KEYS[]``, one slot), up
+    to ``READ_CHUNK`` keys per call, every call at the same agent sequence; the read
+    starts over if the keys changed in between (or, across chunks, any write came).
     Raises ``UnsupportedType`` naming a key that another client turned into a type
     amber cannot snapshot.
     """
     agent_id = check_id(agent_id, "agent_id")
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     script = client.register_script(scripts.READ)
+    base = keys.l1_base(agent_id)  # names in the index were checked when written
+
+    def read(names: list[str], types: list[str], total: int) -> list[Any] | None:
+        reply = script(
+            keys=[index_key, seq_key, *(base + n for n in names)], args=[*names, *types, total]
+        )
+        return (
+            cast(list[Any], msgpack.unpackb(reply, raw=True)) if isinstance(reply, bytes) else None
+        )
+
     with redis_errors(agent_id):
-        for _ in range(WATCH_RETRIES):
+        for attempt in range(WATCH_RETRIES):
             index = {
                 k.decode(): v.decode()
                 for k, v in cast(dict[bytes, bytes], client.hgetall(index_key)).items()
             }
             names = sorted(index)
-            fulls = [keys.l1(agent_id, n) for n in names]
-            replies = cast(list[Any], script(keys=[index_key, seq_key, *fulls], args=names))
-            if replies != [b"retry"]:
+            types = [index[n] for n in names]
+            # big memories go in chunks, each at the same sequence (every write bumps it),
+            # so no single script holds the server long; if writers keep interfering,
+            # one script reads everything
+            step = READ_CHUNK if attempt < CHUNKED_ATTEMPTS else max(len(names), 1)
+            replies: list[Any] = []
+            for i in range(0, max(len(names), 1), step):
+                part = read(names[i : i + step], types[i : i + step], len(names))
+                if part is None or (replies and part[0] != replies[0]):
+                    break
+                replies.extend(part if not replies else part[1:])
+            else:
                 break
         else:
             raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
-        seq = int(replies[0]) if replies[0] is not None else 0
+        seq = int(replies[0]) if replies[0] not in (None, False) else 0
         memory: dict[str, Entry] = {}
         missing: list[str] = []
         retyped: dict[str, str] = {}
@@ -180,7 +218,7 @@ class L1CacheSnapshotter:
     ) -> SnapshotMeta:
         """Write an already-taken snapshot to the secondary (and into the checkpoint row)."""
         meta = self.meta(snap, checkpoint_id)
-        blob = codec.pack_memory(snap.memory)
+        blob = snap.pack()
         with redis_errors(snap.agent_id), self.redis.pipeline(transaction=True) as pipe:
             self.write_secondary(pipe, meta, blob)
             pipe.execute()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from amber.cli import demo, engines
+from amber.cli import demo, engines, wal
 from amber.cli.app import app
 
-__all__ = ["app", "demo", "engines", "main"]
+__all__ = ["app", "demo", "engines", "main", "wal"]
 
 
 def main() -> None:

@@ -79,7 +79,7 @@ def test_appends_from_many_threads_get_unique_contiguous_seqs(tmp_path: Path) ->
 def test_batch_is_written_after_batch_seconds_without_more_appends(tmp_path: Path) -> None:
     with WriteAheadLog(tmp_path, "batch", batch_entries=1000, batch_seconds=0.05) as wal:
         wal.append("x", 1)
-        (first, path), *_ = list_segments(tmp_path)
+        (_, path), *_ = list_segments(tmp_path)
         deadline = time.monotonic() + 10
         while path.stat().st_size == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -128,7 +128,7 @@ def test_torn_tail_is_cut_and_reported(tmp_path: Path) -> None:
 def test_damage_in_the_middle_names_segment_and_offset(tmp_path: Path) -> None:
     with WriteAheadLog(tmp_path, "always") as wal:
         for i in range(5):
-            wal.append("x", "payload-%d" % i)
+            wal.append("x", f"payload-{i}")
     (_, path), *_ = list_segments(tmp_path)
     raw = bytearray(path.read_bytes())
     raw[20] ^= 0x40  # inside the first entry's payload

@@ -37,11 +37,15 @@ def test_builtin_operations_and_recovery(tmp_path: Path) -> None:
         store.log("state_update", {"new_state": {"step": 2}})
         expected = store.state
     with StateStore(tmp_path) as store:
-        assert store.state == expected == {
-            "memory": ["hello"],
-            "tools": {"search": {"url": "x"}},
-            "state": {"step": 2},
-        }
+        assert (
+            store.state
+            == expected
+            == {
+                "memory": ["hello"],
+                "tools": {"search": {"url": "x"}},
+                "state": {"step": 2},
+            }
+        )
 
 
 def test_recovery_replays_entries_after_the_checkpoint(tmp_path: Path) -> None:

@@ -49,27 +49,26 @@ def inspect(directory: DirArg) -> None:
             path.name, str(len(data)), str(len(scan.entries)), str(first), str(last), state
         )
     console.print(segs)
-    table = Table("checkpoint", "wal seq", "taken (UTC)", "id", "compressed", "uncompressed")
-    table.add_column("level")
-    table.add_column("sha256", overflow="fold")
     for path in list_checkpoints(ckpts) if ckpts.is_dir() else []:
+        console.print(f"checkpoint {path.name}", soft_wrap=True, highlight=False)
         try:
             h = read_header(path)
         except WalError as exc:
-            table.add_row(path.name, "-", "-", "-", "-", "-", "-", f"[red]{exc.message}[/red]")
+            console.print(f"  [red]unreadable header:[/red] {exc.message}", soft_wrap=True)
             continue
         taken = datetime.fromtimestamp(h.timestamp_ns / 1e9, UTC).isoformat(timespec="seconds")
-        table.add_row(
-            path.name,
-            str(h.wal_seq),
-            taken,
-            str(h.checkpoint_id),
-            str(h.compressed_size),
-            str(h.uncompressed_size),
-            str(h.level),
-            h.sha256.hex(),
-        )
-    console.print(table)
+        fields = {
+            "wal_seq": h.wal_seq,
+            "taken": taken,
+            "id": h.checkpoint_id,
+            "version": h.version,
+            "compressed": h.compressed_size,
+            "uncompressed": h.uncompressed_size,
+            "zstd_level": h.level,
+            "sha256": h.sha256.hex(),
+        }
+        for name, value in fields.items():
+            console.print(f"  {name:<13}{value}", soft_wrap=True, highlight=False)
 
 
 @wal_app.command()
@@ -85,14 +84,14 @@ def verify(directory: DirArg) -> None:
             entries += len(found)
         except WalError as exc:
             bad += 1
-            err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False, soft_wrap=True)
     checked = list_checkpoints(ckpts) if ckpts.is_dir() else []
     for path in checked:
         try:
             read_checkpoint(path)
         except WalError as exc:
             bad += 1
-            err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False, soft_wrap=True)
     if bad:
         raise typer.Exit(1)
     console.print(f"ok: {entries} entries, {len(checked)} checkpoints, every checksum matches")

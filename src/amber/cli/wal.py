@@ -44,10 +44,8 @@ def inspect(directory: DirArg) -> None:
         data = read_file(path)
         scan = scan_frames(data, first)
         state = "ok" if scan.problem is None else f"damaged at {scan.end}: {scan.problem}"
-        last = first + len(scan.entries) - 1
-        segs.add_row(
-            path.name, str(len(data)), str(len(scan.entries)), str(first), str(last), state
-        )
+        last = first + scan.count - 1
+        segs.add_row(path.name, str(len(data)), str(scan.count), str(first), str(last), state)
     console.print(segs)
     for path in list_checkpoints(ckpts) if ckpts.is_dir() else []:
         console.print(f"checkpoint {path.name}", soft_wrap=True, highlight=False)
@@ -80,8 +78,7 @@ def verify(directory: DirArg) -> None:
     entries = 0
     for first, path in list_segments(wals):
         try:
-            found, _ = check_segment(path, first, read_file(path), last=False)
-            entries += len(found)
+            entries += check_segment(path, first, read_file(path), last=False).count
         except WalError as exc:
             bad += 1
             err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False, soft_wrap=True)

@@ -33,7 +33,7 @@ import struct
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack  # type: ignore[import-untyped]
 
@@ -52,8 +52,7 @@ _CRC = struct.Struct(">I")
 _CRC_AT = HEADER_SIZE - _CRC.size
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One logged operation: its sequence, wall-clock timestamp, name and data."""
 
     seq: int
@@ -116,9 +115,7 @@ def _decode_payload(payload: memoryview) -> Entry | None:
         seq, timestamp, op, data = unpack(payload)
     except Exception:
         return None
-    if not isinstance(seq, int) or not isinstance(op, str):
-        return None
-    if not isinstance(timestamp, int | float):
+    if type(seq) is not int or type(op) is not str or type(timestamp) not in (int, float):
         return None
     return Entry(seq, float(timestamp), op, data)
 
@@ -140,28 +137,41 @@ def decode_frame(buf: memoryview, offset: int) -> tuple[Entry, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class Scan:
-    """What decoding a segment's bytes found: good entries, and where and why it stopped."""
+    """What scanning a segment found: its intact frames, and where and why it stopped."""
 
     entries: list[Entry]
+    count: int
     end: int
     problem: str | None
 
 
-def scan_frames(buf: bytes | memoryview, first_seq: int) -> Scan:
-    """Decode consecutive frames; stop at the first bad frame or a sequence out of order."""
+def scan_frames(buf: bytes | memoryview, first_seq: int, *, decode: bool = True) -> Scan:
+    """Check consecutive frames (length, CRC; with ``decode`` also payload and sequence).
+
+    Stops at the first bad frame. Without ``decode`` only ``count`` is filled in.
+    """
     view = memoryview(buf)
     entries: list[Entry] = []
-    offset, expected = 0, first_seq
-    while offset < len(view):
-        decoded = decode_frame(view, offset)
-        if decoded is None:
-            return Scan(entries, offset, "bad length or checksum")
-        entry, nxt = decoded
-        if entry.seq != expected:
-            return Scan(entries, offset, f"sequence {entry.seq} where {expected} was expected")
-        entries.append(entry)
-        offset, expected = nxt, expected + 1
-    return Scan(entries, offset, None)
+    size, offset, count = len(view), 0, 0
+    unpack_from, crc32, limit = FRAME.unpack_from, zlib.crc32, WAL_MAX_ENTRY_BYTES
+    while offset < size:
+        end = offset + FRAME.size
+        if end > size:
+            return Scan(entries, count, offset, "torn frame header")
+        length, crc = unpack_from(view, offset)
+        if length > limit or end + length > size or crc32(view[end : end + length]) != crc:
+            return Scan(entries, count, offset, "bad length or checksum")
+        if decode:
+            entry = _decode_payload(view[end : end + length])
+            if entry is None:
+                return Scan(entries, count, offset, "entry does not decode")
+            if entry.seq != first_seq + count:
+                problem = f"sequence {entry.seq} where {first_seq + count} was expected"
+                return Scan(entries, count, offset, problem)
+            entries.append(entry)
+        count += 1
+        offset = end + length
+    return Scan(entries, count, offset, None)
 
 
 def valid_frame_after(buf: bytes | memoryview, offset: int, min_seq: int) -> int | None:

@@ -109,11 +109,11 @@ class WriteAheadLog:
         self._firsts = [first for first, _ in segments]
         first, path = segments[-1]
         data = read_file(path)
-        entries, end = check_segment(path, first, data, last=True)
-        if end < len(data):
-            self._cut_tail(path, end, len(data))
+        scan = check_segment(path, first, data, last=True, decode=False)  # replay decodes
+        if scan.end < len(data):
+            self._cut_tail(path, scan.end, len(data))
         self._fd = self._open_fd(path, os.O_WRONLY | os.O_APPEND)
-        self._last_seq, self._seg_count, self._size = first + len(entries) - 1, len(entries), end
+        self._last_seq, self._seg_count, self._size = first + scan.count - 1, scan.count, scan.end
 
     def _cut_tail(self, path: Path, end: int, size: int) -> None:
         reason = "torn or corrupt entry at the end of the last segment"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amber.errors import WalCorruption, WalError
-from amber.wal.format import Entry, decode_frame, scan_frames, valid_frame_after
+from amber.wal.format import Entry, Scan, decode_frame, scan_frames, valid_frame_after
 
 logger = logging.getLogger("amber.wal")
 
@@ -89,25 +89,24 @@ class TailRepair:
 
 
 def check_segment(
-    path: Path, first_seq: int, data: bytes, *, last: bool
-) -> tuple[list[Entry], int]:
-    """Decode a segment; return its entries and the end of its intact part.
+    path: Path, first_seq: int, data: bytes, *, last: bool, decode: bool = True
+) -> Scan:
+    """Scan a segment; return what is intact (``Scan.end`` is where the intact part ends).
 
     Damage followed by intact entries, or any damage in a segment that is not
     the last, is ``WalCorruption`` with file and offset. Damage at the end of the
-    last segment (nothing intact after it) is a torn tail: the intact part is
-    returned and the caller cuts the rest.
+    last segment (nothing intact after it) is a torn tail: the caller cuts it.
     """
-    scan = scan_frames(data, first_seq)
+    scan = scan_frames(data, first_seq, decode=decode)
     if scan.problem is None:
-        return scan.entries, scan.end
-    next_seq = first_seq + len(scan.entries)
+        return scan
+    next_seq = first_seq + scan.count
     intact_here = decode_frame(memoryview(data), scan.end) is not None
     if not last or intact_here or valid_frame_after(data, scan.end, next_seq) is not None:
         raise WalCorruption(
             f"WAL segment is corrupt: {scan.problem}", segment=str(path), offset=scan.end
         )
-    return scan.entries, scan.end
+    return scan
 
 
 def iter_segments(
@@ -126,10 +125,10 @@ def iter_segments(
             )
         last = index == len(segments) - 1
         data = read_file(path, active_size if last else None)
-        entries, _ = check_segment(path, first, data, last=False)
-        expected = first + len(entries)
+        scan = check_segment(path, first, data, last=False)
+        expected = first + scan.count
         if expected - 1 <= after:
             continue
-        for entry in entries:
+        for entry in scan.entries:
             if entry.seq > after:
                 yield entry

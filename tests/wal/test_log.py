@@ -76,6 +76,25 @@ def test_appends_from_many_threads_get_unique_contiguous_seqs(tmp_path: Path) ->
     assert all(v == list(range(500)) for v in per_thread.values())
 
 
+@pytest.mark.parametrize("policy", ["always", "batch", "off"])
+def test_threads_rotation_and_small_batches_keep_order(tmp_path: Path, policy: str) -> None:
+    def work(t: int) -> None:
+        for i in range(300):
+            wal.append("t", [t, i])
+
+    wal = WriteAheadLog(tmp_path, policy, batch_entries=7, segment_entries=97)  # type: ignore[arg-type]
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wal.close()
+    entries = read_all(tmp_path)
+    assert [seq for seq, _, _ in entries] == list(range(1, 2401))
+    for t in range(8):
+        assert [d[1] for _, _, d in entries if d[0] == t] == list(range(300))  # type: ignore[index]
+
+
 def test_batch_is_written_after_batch_seconds_without_more_appends(tmp_path: Path) -> None:
     with WriteAheadLog(tmp_path, "batch", batch_entries=1000, batch_seconds=0.05) as wal:
         wal.append("x", 1)

@@ -75,12 +75,15 @@ class WriteAheadLog:
         self._metrics = metrics
         self._clock = clock
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._cond = threading.Condition(self._lock)
+        self._synced = 0  # bytes of the current segment known to be fsync'd
+        self._sync_target = 0  # bytes the flusher is asked to fsync
+        self._older_target = 0  # the request before that one
+        self._syncing = False  # the flusher is inside fsync (the lock released)
         self._encoder = EntryEncoder()
         self._buffer: list[bytes] = []
         self._error: WalError | None = None
         self._buffered_since = 0.0
-        self._unsynced = False
         self._written = 0
         self._broken: WalError | None = None
         self._closed = False
@@ -161,28 +164,28 @@ class WriteAheadLog:
         if not isinstance(op, str) or not op:
             raise WalError("operation must be a non-empty string", op=op)
         with self._lock:
-            self._check_usable()
-            if self._error is not None:
-                error, self._error = self._error, None
-                raise error  # the failed batch is back in the buffer; the next write retries it
+            if self._closed or self._broken is not None or self._error is not None:
+                self._refuse()
             if self._seg_count >= self._segment_entries:
                 self._rotate()
             seq = self._last_seq + 1
             frame = self._encoder.encode(seq, self._clock(), op, data)
             if self.fsync == "always":
                 self._write_out([frame], sync=True)
-            else:
-                if not self._buffer:
-                    self._buffered_since = time.monotonic()
-                self._buffer.append(frame)
-                if len(self._buffer) >= self._batch_entries:
-                    try:
-                        self._drain(sync=self.fsync == "batch")
-                    except WalError:
-                        if self._buffer and self._buffer[-1] is frame:
-                            self._buffer.pop()  # never written: this entry was not logged
-                        raise
+                self._last_seq, self._seg_count = seq, self._seg_count + 1
+                return seq
+            if not self._buffer:
+                self._buffered_since = time.monotonic()
+            self._buffer.append(frame)
             self._last_seq, self._seg_count = seq, self._seg_count + 1
+            if len(self._buffer) >= self._batch_entries:
+                try:
+                    self._hand_off()  # may wait, letting other threads append
+                except WalError:
+                    if self._buffer and self._buffer[-1] is frame:  # never written: not logged
+                        self._buffer.pop()
+                        self._last_seq, self._seg_count = seq - 1, self._seg_count - 1
+                    raise
             return seq
 
     def flush(self) -> None:
@@ -232,7 +235,8 @@ class WriteAheadLog:
             if self._closed:
                 return
             self._closed = True
-            self._stop.set()
+            self._cond.notify_all()
+            self._wait_idle()
             try:
                 if self._broken is None:
                     self._drain(sync=self.fsync != "off")
@@ -252,7 +256,7 @@ class WriteAheadLog:
     ) -> None:
         self.close()
 
-    # -- internals (called with the lock held) -------------------------------------
+    # -- internals (called with the lock held) ---------------------------------------
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -262,6 +266,12 @@ class WriteAheadLog:
                 f"the write-ahead log stopped after an earlier failure: {self._broken.message}",
                 directory=str(self.directory),
             )
+
+    def _refuse(self) -> None:
+        self._check_usable()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error  # the failed batch is back in the buffer; the next write retries it
 
     def _path(self) -> Path:
         return segment_path(self.directory, self._firsts[-1])
@@ -274,6 +284,25 @@ class WriteAheadLog:
         except WalError:
             self._buffer = batch + self._buffer
             raise
+
+    def _hand_off(self) -> None:
+        """Write a full buffer and ask the flusher to fsync it (``off``: write only).
+
+        The fsync of one batch overlaps the filling of the next; an append waits
+        only if the batch before the previous one is still not on disk.
+        """
+        self._drain(sync=False)
+        if self.fsync != "batch":
+            return
+        while self._synced < self._older_target and self._broken is None:
+            self._cond.wait()
+        self._check_usable()
+        self._older_target, self._sync_target = self._sync_target, self._size
+        self._cond.notify_all()
+
+    def _wait_idle(self) -> None:
+        while self._syncing:
+            self._cond.wait()
 
     def _write_out(self, frames: list[bytes], *, sync: bool) -> None:
         """Write frames at the end of the segment (undone on failure), then maybe fsync."""
@@ -288,20 +317,22 @@ class WriteAheadLog:
                     self._broken = WalError(f"cannot undo a partial write: {exc.strerror}")
                 raise
             self._size += len(data)
-            self._unsynced = True
             self._written += len(frames)
             self._metrics.on_event(
                 "wal.appended", {"entry_count": self._written, "batch_size": len(frames)}
             )
-        if sync and self._unsynced:
+        if sync and self._synced < self._size:
             try:
                 fsync_fd(self._fd, self._path())
             except WalError as exc:
                 self._broken = exc  # after a failed fsync the page cache cannot be trusted
                 raise
-            self._unsynced = False
+            self._synced = self._size
 
     def _rotate(self) -> None:
+        self._wait_idle()  # may let other threads in: check again after it
+        if self._seg_count < self._segment_entries:
+            return
         self._drain(sync=self.fsync != "off")
         first_seq = self._last_seq + 1
         old_fd = self._fd
@@ -309,17 +340,43 @@ class WriteAheadLog:
         os.close(old_fd)
         self._firsts.append(first_seq)
         self._seg_count, self._size = 0, 0
+        self._synced = self._sync_target = self._older_target = 0
 
     def _flush_loop(self) -> None:
+        """Background: fsync what appends asked for; write a batch older than batch_seconds."""
         sync = self.fsync == "batch"
-        while not self._stop.wait(self._batch_seconds / 4):
-            with self._lock:
-                if self._closed or self._broken is not None or not self._buffer:
-                    continue
-                if time.monotonic() - self._buffered_since < self._batch_seconds:
-                    continue
-                try:
-                    self._drain(sync=sync)
-                except WalError as exc:
-                    logger.error("WAL background write failed: %s", exc)
-                    self._error = exc
+        with self._cond:
+            while not self._closed:
+                aged = self._buffer and self._broken is None and self._error is None
+                aged = aged and time.monotonic() - self._buffered_since >= self._batch_seconds
+                if aged:
+                    try:
+                        self._drain(sync=False)
+                    except WalError as exc:
+                        logger.error("WAL background write failed: %s", exc)
+                        self._error = exc
+                    if sync:
+                        self._sync_target = max(self._sync_target, self._size)
+                if sync and self._sync_target > self._synced and self._broken is None:
+                    self._fsync_unlocked(self._sync_target)
+                else:
+                    self._cond.wait(self._batch_seconds / 4)
+
+    def _fsync_unlocked(self, target: int) -> None:
+        """fsync the current segment with the lock released, then record ``target`` as synced."""
+        fd, path = self._fd, self._path()
+        self._syncing = True
+        self._cond.release()
+        try:
+            fsync_fd(fd, path)
+            error = None
+        except WalError as exc:
+            error = exc
+        finally:
+            self._cond.acquire()
+            self._syncing = False
+        if error is None:
+            self._synced = max(self._synced, target)
+        else:
+            self._broken = error
+        self._cond.notify_all()

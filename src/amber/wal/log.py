@@ -4,11 +4,14 @@ Policies and what a crash can lose:
 
 * ``always`` — ``append`` returns once the entry is written and fsync'd: nothing
   acknowledged is ever lost.
-* ``batch`` (default) — group commit: entries are buffered and written with one
-  fsync every ``batch_entries`` entries or ``batch_seconds``, whichever comes
-  first (a background thread writes a batch that has waited that long). A crash
-  loses at most the unfinished batch: < ``batch_entries`` entries, or
-  ``batch_seconds`` of them.
+* ``batch`` (default) — group commit: entries are buffered; every
+  ``batch_entries`` entries the buffer is written and a background thread
+  fsyncs it while appends fill the next batch (an append waits only when the
+  batch before the previous one is still not on disk); a batch older than
+  ``batch_seconds`` is written and fsync'd by that thread. A process crash
+  loses at most the unwritten buffer (< ``batch_entries`` entries); a machine
+  crash at most that plus two written batches not yet fsync'd
+  (< 3 x ``batch_entries``), or ``batch_seconds`` of entries.
 * ``off`` — like ``batch`` but never fsync'd: a process crash loses the unwritten
   buffer, a machine crash whatever the OS had not written yet.
 
@@ -23,11 +26,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal, get_args
 
 from amber import defaults
 from amber.errors import WalError
+from amber.wal.closing import Closing
 from amber.wal.format import Entry, EntryEncoder
 from amber.wal.metrics import NULL_METRICS, Metrics
 from amber.wal.segments import (
@@ -49,7 +52,7 @@ FsyncPolicy = Literal["always", "batch", "off"]
 FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
 
 
-class WriteAheadLog:
+class WriteAheadLog(Closing):
     """An append-only, checksummed, segmented log of ``(op, data)`` entries; thread-safe."""
 
     def __init__(
@@ -244,17 +247,6 @@ class WriteAheadLog:
                 os.close(self._fd)
         if self._flusher is not None:
             self._flusher.join()
-
-    def __enter__(self) -> WriteAheadLog:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- internals (called with the lock held) ---------------------------------------
 

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from amber import defaults
 from amber.errors import WalCorruption, WalError
+from amber.wal.closing import Closing
 from amber.wal.files import Written, list_checkpoints, list_temp_files, read_checkpoint
 from amber.wal.files import write_checkpoint as write_file
 from amber.wal.log import FsyncPolicy, WriteAheadLog
@@ -50,7 +50,7 @@ class Recovery:
     state_lost: bool = False
 
 
-class StateStore:
+class StateStore(Closing):
     """Durable agent state: WAL-first updates, periodic checkpoints, crash recovery."""
 
     def __init__(
@@ -193,17 +193,6 @@ class StateStore:
             finally:
                 self._closed = True
                 self._wal.close()
-
-    def __enter__(self) -> StateStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- internals ---------------------------------------------------------------
 

@@ -198,3 +198,25 @@ def test_apply_failure_is_a_wal_error_naming_the_seq(tmp_path: Path) -> None:
         with pytest.raises(WalError) as info:
             store.log("boom", None)
         assert info.value.context["seq"] == 1
+
+
+def test_bad_settings_are_wal_errors(tmp_path: Path) -> None:
+    for kwargs in ({"compression_level": 0}, {"compression_level": 30}, {"keep_checkpoints": 0}):
+        with pytest.raises(WalError):
+            StateStore(tmp_path, **kwargs)  # type: ignore[arg-type]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(WalError):
+        StateStore(tmp_path / "file")
+
+
+def test_a_corrupt_middle_segment_stops_recovery_with_file_and_offset(tmp_path: Path) -> None:
+    with StateStore(tmp_path, segment_entries=4, checkpoint_entries=10**6) as store:
+        fill(store, 0, 10)
+        store.wal.close()  # no checkpoint: recovery must replay all
+    _, middle = list_segments(wal_dir(tmp_path))[1]
+    raw = bytearray(middle.read_bytes())
+    raw[30] ^= 0xFF
+    middle.write_bytes(bytes(raw))
+    with pytest.raises(WalError) as info:
+        StateStore(tmp_path)
+    assert info.value.context["segment"] == str(middle)

@@ -44,6 +44,12 @@ def list_temp_files(directory: Path) -> list[Path]:
     return sorted(directory.glob(f".*{CKPT_SUFFIX}{TMP_SUFFIX}"))
 
 
+def check_level(level: int) -> None:
+    """Refuse a zstd level outside 1..22 with a ``WalError``."""
+    if not isinstance(level, int) or not 1 <= level <= 22:
+        raise WalError(f"zstd compression level must be 1..22, got {level!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Written:
     """A checkpoint file just written: where, its header, and what writing it cost."""
@@ -62,6 +68,7 @@ def write_checkpoint(
     clock: Callable[[], float] = time.time,
 ) -> Written:
     """Serialize, compress and durably write ``state`` as a checkpoint at ``wal_seq``."""
+    check_level(level)
     started = time.perf_counter()
     body = pack(state)
     compressed = zstandard.ZstdCompressor(level=level).compress(body)

@@ -153,6 +153,11 @@ class WriteAheadLog(Closing):
         return self._last_seq
 
     @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    @property
     def first_seq(self) -> int:
         """Sequence of the oldest entry still in the log (older ones were compacted)."""
         return self._firsts[0]

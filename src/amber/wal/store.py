@@ -23,7 +23,13 @@ from typing import Any
 from amber import defaults
 from amber.errors import WalCorruption, WalError
 from amber.wal.closing import Closing
-from amber.wal.files import Written, list_checkpoints, list_temp_files, read_checkpoint
+from amber.wal.files import (
+    Written,
+    check_level,
+    list_checkpoints,
+    list_temp_files,
+    read_checkpoint,
+)
 from amber.wal.files import write_checkpoint as write_file
 from amber.wal.log import FsyncPolicy, WriteAheadLog
 from amber.wal.metrics import NULL_METRICS, Metrics
@@ -71,8 +77,11 @@ class StateStore(Closing):
         metrics: Metrics = NULL_METRICS,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if keep_checkpoints < 1:
-            raise WalError("keep_checkpoints must be at least 1")
+        if keep_checkpoints < 1 or checkpoint_entries < 1 or checkpoint_interval <= 0:
+            raise WalError(
+                "keep_checkpoints, checkpoint_entries and checkpoint_interval must be > 0"
+            )
+        check_level(compression_level)
         self.directory = Path(directory)
         self._apply: Apply = apply if apply is not None else Operations()
         self._initial = initial_state() if initial is None else initial
@@ -104,8 +113,12 @@ class StateStore(Closing):
         self._state: Any = None
         self._ckpt_seq = 0
         self._ckpt_time = clock()
-        self.last_recovery: Recovery = self.recover()
-        """What the recovery at open (or the latest ``recover()``) did."""
+        try:
+            self.last_recovery: Recovery = self.recover()
+            """What the recovery at open (or the latest ``recover()``) did."""
+        except BaseException:
+            self._wal.close()
+            raise
 
     @property
     def state(self) -> Any:
@@ -183,12 +196,12 @@ class StateStore(Closing):
             return Recovery(used, seq, replayed, seconds, corrupt, self._wal.repaired, lost)
 
     def close(self) -> None:
-        """Checkpoint if anything was logged since the last one, then close the log."""
+        """Checkpoint if anything was logged since the last one (and the log is open); close."""
         with self._lock:
             if self._closed:
                 return
             try:
-                if self._wal.last_seq > self._ckpt_seq:
+                if not self._wal.closed and self._wal.last_seq > self._ckpt_seq:
                     self._checkpoint()
             finally:
                 self._closed = True

@@ -113,9 +113,13 @@ def bench_appends(root: Path, n_always: int, n_batched: int) -> None:
     ]
     for policy, n, group, sync, raw_name in cases:
         rates, raw_rates, lats, raw_lats = [], [], [], []
-        for _ in range(5):  # interleaved, so disk noise hits both alike
-            lat, rate = amber_run(policy, n)
-            raw_lat, raw_rate = raw_run(n, group, sync)
+        for rep in range(6):  # interleaved, in turns first, so disk noise hits both alike
+            if rep % 2:
+                raw_lat, raw_rate = raw_run(n, group, sync)
+                lat, rate = amber_run(policy, n)
+            else:
+                lat, rate = amber_run(policy, n)
+                raw_lat, raw_rate = raw_run(n, group, sync)
             rates.append(rate)
             raw_rates.append(raw_rate)
             lats += lat

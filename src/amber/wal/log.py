@@ -328,6 +328,7 @@ class WriteAheadLog(Closing):
 
     def _rotate(self) -> None:
         self._wait_idle()  # may let other threads in: check again after it
+        self._check_usable()
         if self._seg_count < self._segment_entries:
             return
         self._drain(sync=self.fsync != "off")

@@ -72,6 +72,7 @@ class WriteAheadLog(Closing):
             raise WalError("batch_entries, segment_entries and batch_seconds must be positive")
         self.directory = Path(directory)
         self.fsync: FsyncPolicy = fsync
+        self._always = fsync == "always"
         self._batch_entries = batch_entries
         self._batch_seconds = batch_seconds
         self._segment_entries = segment_entries
@@ -83,7 +84,7 @@ class WriteAheadLog(Closing):
         self._sync_target = 0  # bytes the flusher is asked to fsync
         self._older_target = 0  # the request before that one
         self._syncing = False  # the flusher is inside fsync (the lock released)
-        self._encoder = EntryEncoder()
+        self._encode = EntryEncoder().encode
         self._buffer: list[bytes] = []
         self._error: WalError | None = None
         self._buffered_since = 0.0
@@ -177,8 +178,8 @@ class WriteAheadLog(Closing):
             if self._seg_count >= self._segment_entries:
                 self._rotate()
             seq = self._last_seq + 1
-            frame = self._encoder.encode(seq, self._clock(), op, data)
-            if self.fsync == "always":
+            frame = self._encode(seq, self._clock(), op, data)
+            if self._always:
                 self._write_out([frame], sync=True)
                 self._last_seq, self._seg_count = seq, self._seg_count + 1
                 return seq

@@ -119,7 +119,7 @@ class WriteAheadLog(Closing):
         scan = check_segment(path, first, data, last=True, decode=False)  # replay decodes
         if scan.end < len(data):
             self._cut_tail(path, scan.end, len(data))
-        self._fd = self._open_fd(path, os.O_WRONLY | os.O_APPEND)
+        self._fd, self._seg_path = self._open_fd(path, os.O_WRONLY | os.O_APPEND), path
         self._last_seq, self._seg_count, self._size = first + scan.count - 1, scan.count, scan.end
 
     def _cut_tail(self, path: Path, end: int, size: int) -> None:
@@ -143,7 +143,8 @@ class WriteAheadLog(Closing):
 
     def _create_segment(self, first_seq: int) -> None:
         path = segment_path(self.directory, first_seq)
-        self._fd = self._open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL)
+        fd = self._open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL)
+        self._fd, self._seg_path = fd, path
         fsync_dir(self.directory)
 
     # -- public API ------------------------------------------------------------
@@ -271,9 +272,6 @@ class WriteAheadLog(Closing):
             error, self._error = self._error, None
             raise error  # the failed batch is back in the buffer; the next write retries it
 
-    def _path(self) -> Path:
-        return segment_path(self.directory, self._firsts[-1])
-
     def _drain(self, *, sync: bool) -> None:
         self._error = None  # a failed batch is retried right here
         batch, self._buffer = self._buffer, []
@@ -307,7 +305,7 @@ class WriteAheadLog(Closing):
         if frames:
             data = b"".join(frames)
             try:
-                write_all(self._fd, data, self._path())
+                write_all(self._fd, data, self._seg_path)
             except WalError:
                 try:
                     os.ftruncate(self._fd, self._size)
@@ -321,7 +319,7 @@ class WriteAheadLog(Closing):
             )
         if sync and self._synced < self._size:
             try:
-                fsync_fd(self._fd, self._path())
+                fsync_fd(self._fd, self._seg_path)
             except WalError as exc:
                 self._broken = exc  # after a failed fsync the page cache cannot be trusted
                 raise
@@ -363,7 +361,7 @@ class WriteAheadLog(Closing):
 
     def _fsync_unlocked(self, target: int) -> None:
         """fsync the current segment with the lock released, then record ``target`` as synced."""
-        fd, path = self._fd, self._path()
+        fd, path = self._fd, self._seg_path
         self._syncing = True
         self._cond.release()
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +221,17 @@ def test_a_corrupt_middle_segment_stops_recovery_with_file_and_offset(tmp_path: 
     with pytest.raises(WalError) as info:
         StateStore(tmp_path)
     assert info.value.context["segment"] == str(middle)
+
+
+def test_a_checkpoint_ahead_of_the_log_never_reuses_sequences(tmp_path: Path) -> None:
+    with StateStore(tmp_path, fsync="always") as store:
+        fill(store, 0, 5)  # the checkpoint on close covers 1..5
+    shutil.rmtree(wal_dir(tmp_path))  # the log is lost; the checkpoint is not
+    with StateStore(tmp_path) as store:
+        assert store.state["memory"] == list(range(5))
+        assert store.log("memory_add", {"content": 5}) == 6
+        store.checkpoint()
+        store.log("memory_add", {"content": 6})
+        store.wal.close()  # crash: entry 7 must come back from the log
+    with StateStore(tmp_path) as store:
+        assert store.state["memory"] == list(range(7))

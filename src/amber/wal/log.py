@@ -226,6 +226,22 @@ class WriteAheadLog(Closing):
         chosen = [(f, segment_path(self.directory, f)) for f in firsts[start:]]
         return iter_segments(chosen, seq, size)
 
+    def advance_to(self, seq: int) -> None:
+        """Make the next append get a sequence above ``seq``, in a new segment.
+
+        For a checkpoint that covers entries this log no longer has (its tail
+        was cut, or its directory lost): new entries must not reuse their numbers.
+        """
+        with self._lock:
+            self._check_usable()
+            if seq <= self._last_seq:
+                return
+            self._drain(sync=True)
+            self._wait_idle()
+            self._check_usable()
+            self._start_segment(seq + 1)
+            self._last_seq = seq
+
     def drop_through(self, seq: int) -> list[Path]:
         """Delete whole segments whose entries are all <= ``seq``; return their paths."""
         with self._lock:
@@ -331,7 +347,9 @@ class WriteAheadLog(Closing):
         if self._seg_count < self._segment_entries:
             return
         self._drain(sync=self.fsync != "off")
-        first_seq = self._last_seq + 1
+        self._start_segment(self._last_seq + 1)
+
+    def _start_segment(self, first_seq: int) -> None:
         old_fd = self._fd
         self._create_segment(first_seq)
         os.close(old_fd)

@@ -176,6 +176,14 @@ class StateStore(Closing):
                     len(corrupt),
                     self._ckpts,
                 )
+            if seq > self._wal.last_seq:
+                logger.error(
+                    "checkpoint covers up to %d but the log ends at %d: continuing after %d",
+                    seq,
+                    self._wal.last_seq,
+                    seq,
+                )
+                self._wal.advance_to(seq)
             replayed = 0
             for entry in self._wal.entries_after(seq):
                 state = self._apply_one(state, entry.seq, entry.op, entry.data)

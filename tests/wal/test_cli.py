@@ -66,3 +66,15 @@ def test_compact_removes_what_retention_allows(tmp_path: Path) -> None:
         assert store.state["memory"] == list(range(20))
     again = runner.invoke(app, ["wal", "compact", str(tmp_path), "--retention-hours", "0"])
     assert "nothing to remove" in again.output
+
+
+def test_verify_and_inspect_report_a_damaged_checkpoint(tmp_path: Path) -> None:
+    make_store(tmp_path)
+    newest = list_checkpoints(checkpoint_dir(tmp_path))[-1]
+    raw = bytearray(newest.read_bytes())
+    raw[3] ^= 1  # inside the magic: the header CRC fails
+    newest.write_bytes(bytes(raw))
+    bad = runner.invoke(app, ["wal", "verify", str(tmp_path)])
+    assert bad.exit_code == 1 and newest.name in bad.output and "offset=0" in bad.output
+    shown = runner.invoke(app, ["wal", "inspect", str(tmp_path)])
+    assert shown.exit_code == 0 and "unreadable header" in shown.output

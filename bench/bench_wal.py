@@ -1,6 +1,7 @@
 """Benchmark of amber's WAL and checkpoint files, each beside the raw engine in the same run.
 
-Run: ``.venv/bin/python bench/bench_wal.py`` (add ``--big`` for a 500 MB state).
+Run: ``.venv/bin/python bench/bench_wal.py [--quick] [--big]`` (``--big`` adds a
+500 MB state; ``--quick`` is a small smoke run).
 
 Every row prints the median and p99 time of one operation and the ratio to the
 raw engine: a plain ``os.write`` (+ ``os.fsync``) loop of the same bytes for
@@ -50,6 +51,11 @@ def timed(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def ms(seconds: float) -> str:
+    """Milliseconds, four significant digits."""
+    return f"{seconds * 1e3:.4g}"
 
 
 def fmt_time(seconds: float) -> str:
@@ -283,6 +289,7 @@ def main() -> None:
     """Run every benchmark and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--big", action="store_true", help="also a 500 MB state")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     parser.add_argument("--dir", help="where to write (default: a temp dir under ./.amber)")
     args = parser.parse_args()
     base = Path(args.dir or ".amber")
@@ -298,22 +305,28 @@ def main() -> None:
         + ", ".join(f"{p} {version(p)}" for p in ("amber", "msgpack", "zstandard"))
         + f", zstd {zstandard.ZSTD_VERSION}"
     )
-    sizes = [("1MB", 1_000_000), ("50MB", 50_000_000)] + (
-        [("500MB", 500_000_000)] if args.big else []
-    )
+    sizes = [("1MB", 1_000_000)]
+    if not args.quick:
+        sizes += [("50MB", 50_000_000)] + ([("500MB", 500_000_000)] if args.big else [])
     try:
-        bench_appends(root, n_always=1_000, n_batched=100_000)
+        if args.quick:
+            bench_appends(root, n_always=100, n_batched=5_000)
+        else:
+            bench_appends(root, n_always=1_000, n_batched=100_000)
         bench_checkpoints(root, sizes, replay=1_000)
-        bench_replay(root, [1_000, 100_000])
-        levels = bench_levels(50_000_000)
+        bench_replay(root, [1_000] if args.quick else [1_000, 100_000])
+        levels = bench_levels(1_000_000 if args.quick else 50_000_000)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
-    print(f"{'case':<48} {'unit':<11} {'median':>10} {'p99':>10} {'rate':>12} {'vs raw':>7}")
+    print("vs raw: amber's throughput / the raw row's above it (appends), or amber's p50 /")
+    print("the raw row's p50 (checkpoint, recovery, replay: how many times the bare I/O).")
+    head = (
+        f"{'operation':<48} {'unit':<11} {'p50 ms':>10} {'p99 ms':>10} {'rate':>12} {'vs raw':>7}"
+    )
+    print(head)
     for case, unit, median, p99, rate, vs in ROWS:
-        print(
-            f"{case:<48} {unit:<11} {fmt_time(median):>10} {fmt_time(p99):>10} {rate:>12} {vs:>7}"
-        )
+        print(f"{case:<48} {unit:<11} {ms(median):>10} {ms(p99):>10} {rate:>12} {vs:>7}")
     print()
     print("\n".join(levels))
 

@@ -177,3 +177,10 @@ def test_entries_before_the_oldest_segment_are_refused(tmp_path: Path) -> None:
         with pytest.raises(WalError, match="no longer in the log"):
             list(wal.entries_after(3))
         assert wal.drop_through(100) != [] and len(wal.segments) == 1  # never the last
+
+
+def test_one_writer_per_directory(tmp_path: Path) -> None:
+    with WriteAheadLog(tmp_path), pytest.raises(WalError, match="another WriteAheadLog"):
+        WriteAheadLog(tmp_path)
+    with WriteAheadLog(tmp_path) as wal:  # released on close
+        assert wal.last_seq == 0

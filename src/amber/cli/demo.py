@@ -34,6 +34,8 @@ def demo() -> None:
         digest = codec.memory_hash(memory)
         stack.redis.delete(*(k.l1(agent, n) for n in names))
         versions = stack.server_versions()
-        console.print(f"engines up in {started * 1000:.0f} ms: redis {versions['redis']}, "
-                      f"postgresql {versions['postgresql']}")
+        console.print(
+            f"engines up in {started * 1000:.0f} ms: redis {versions['redis']}, "
+            f"postgresql {versions['postgresql']}"
+        )
         console.print(f"wrote {len(memory)} keys for {agent}; snapshot sha256 {digest[:16]}…")

@@ -173,7 +173,9 @@ class EmbeddedRedis:
         deadline = time.monotonic() + START_TIMEOUT
         while not self._ping():
             if time.monotonic() > deadline:
-                raise StoreUnavailable("embedded redis-server did not come up", log=str(self.logfile))
+                raise StoreUnavailable(
+                    "embedded redis-server did not come up", log=str(self.logfile)
+                )
             time.sleep(0.005)
         return self.url
 

@@ -85,9 +85,7 @@ def schema_version(pool: ConnectionPool, table: str = MIGRATIONS_TABLE) -> int:
 
 
 def _current(conn: psycopg.Connection[object], ident: sql.Identifier, known: int) -> int:
-    row = conn.execute(
-        sql.SQL("SELECT COALESCE(MAX(version), 0) FROM {}").format(ident)
-    ).fetchone()
+    row = conn.execute(sql.SQL("SELECT COALESCE(MAX(version), 0) FROM {}").format(ident)).fetchone()
     current = int(row[0]) if row else 0
     if current > known:
         raise MigrationError(

@@ -40,6 +40,7 @@ from amber.wal.segments import (
     fsync_fd,
     iter_segments,
     list_segments,
+    lock_directory,
     read_file,
     removable_segments,
     segment_path,
@@ -53,7 +54,10 @@ FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
 
 
 class WriteAheadLog(Closing):
-    """An append-only, checksummed, segmented log of ``(op, data)`` entries; thread-safe."""
+    """An append-only, checksummed, segmented log of ``(op, data)`` entries; thread-safe.
+
+    One open log per directory: a second one (in any process) is refused.
+    """
 
     def __init__(
         self,
@@ -98,7 +102,12 @@ class WriteAheadLog(Closing):
         except OSError as exc:
             msg = f"cannot create WAL directory: {exc.strerror}"
             raise WalError(msg, directory=str(directory)) from None
-        self._open_last_segment()
+        self._lock_fd = lock_directory(self.directory)
+        try:
+            self._open_last_segment()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         self._flusher: threading.Thread | None = None
         if fsync != "always":
             self._flusher = threading.Thread(target=self._flush_loop, name="amber-wal", daemon=True)
@@ -268,6 +277,7 @@ class WriteAheadLog(Closing):
                     self._drain(sync=self.fsync != "off")
             finally:
                 os.close(self._fd)
+                os.close(self._lock_fd)
         if self._flusher is not None:
             self._flusher.join()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import itertools
 import logging
 import os
@@ -36,6 +37,26 @@ def list_segments(directory: Path) -> list[tuple[int, Path]]:
 def removable_segments(firsts: list[int], through_seq: int) -> list[int]:
     """First sequences of segments holding only entries <= ``through_seq``; never the last."""
     return [first for first, nxt in itertools.pairwise(firsts) if nxt - 1 <= through_seq]
+
+
+LOCK_NAME = "LOCK"
+
+
+def lock_directory(directory: Path) -> int:
+    """Take the directory's writer lock (released when the fd closes or the process dies)."""
+    path = directory / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise WalError(f"cannot open lock file: {exc.strerror}", file=str(path)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise WalError(
+            "another WriteAheadLog has this directory open", directory=str(directory)
+        ) from None
+    return fd
 
 
 def write_all(fd: int, data: bytes | memoryview, what: Path) -> None:

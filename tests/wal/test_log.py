@@ -184,3 +184,17 @@ def test_one_writer_per_directory(tmp_path: Path) -> None:
         WriteAheadLog(tmp_path)
     with WriteAheadLog(tmp_path) as wal:  # released on close
         assert wal.last_seq == 0
+
+
+class Exploding:
+    """A metrics hook that always raises."""
+
+    def on_event(self, name: str, fields: object) -> None:
+        raise RuntimeError("hook is broken")
+
+
+@pytest.mark.parametrize("policy", ["always", "batch"])
+def test_a_failing_metrics_hook_never_breaks_the_log(tmp_path: Path, policy: str) -> None:
+    with WriteAheadLog(tmp_path, policy, batch_entries=2, metrics=Exploding()) as wal:  # type: ignore[arg-type]
+        assert [wal.append("x", i) for i in range(5)] == [1, 2, 3, 4, 5]
+    assert [d for _, _, d in read_all(tmp_path)] == list(range(5))

@@ -32,7 +32,7 @@ from amber import defaults
 from amber.errors import WalError
 from amber.wal.closing import Closing
 from amber.wal.format import Entry, EntryEncoder
-from amber.wal.metrics import NULL_METRICS, Metrics
+from amber.wal.metrics import NULL_METRICS, Metrics, emit
 from amber.wal.segments import (
     TailRepair,
     check_segment,
@@ -276,6 +276,7 @@ class WriteAheadLog(Closing):
                 if self._broken is None:
                     self._drain(sync=self.fsync != "off")
             finally:
+                self._cond.notify_all()  # wake appends waiting for an fsync
                 os.close(self._fd)
                 os.close(self._lock_fd)
         if self._flusher is not None:
@@ -316,9 +317,12 @@ class WriteAheadLog(Closing):
         self._drain(sync=False)
         if self.fsync != "batch":
             return
-        while self._synced < self._older_target and self._broken is None:
+        while self._synced < self._older_target and self._broken is None and not self._closed:
             self._cond.wait()
-        self._check_usable()
+        if self._broken is not None:
+            self._check_usable()
+        if self._closed:
+            return  # close() wrote and fsync'd everything
         self._older_target, self._sync_target = self._sync_target, self._size
         self._cond.notify_all()
 
@@ -340,9 +344,8 @@ class WriteAheadLog(Closing):
                 raise
             self._size += len(data)
             self._written += len(frames)
-            self._metrics.on_event(
-                "wal.appended", {"entry_count": self._written, "batch_size": len(frames)}
-            )
+            fields = {"entry_count": self._written, "batch_size": len(frames)}
+            emit(self._metrics, "wal.appended", fields)
         if sync and self._synced < self._size:
             try:
                 fsync_fd(self._fd, self._seg_path)
@@ -369,6 +372,15 @@ class WriteAheadLog(Closing):
 
     def _flush_loop(self) -> None:
         """Background: fsync what appends asked for; write a batch older than batch_seconds."""
+        try:
+            self._flush_forever()
+        except BaseException as exc:  # never leave appends waiting for a dead thread
+            with self._cond:
+                self._broken = WalError(f"the WAL background thread failed: {exc!r}")
+                self._cond.notify_all()
+            raise
+
+    def _flush_forever(self) -> None:
         sync = self.fsync == "batch"
         with self._cond:
             while not self._closed:

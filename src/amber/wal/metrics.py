@@ -13,11 +13,16 @@ Events and their fields:
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-Fields = dict[str, float | int | str]
+logger = logging.getLogger("amber.wal")
+
+Fields = Mapping[str, float | int | str]
+"""The values of one event, by field name."""
 
 
 class Metrics(Protocol):
@@ -35,6 +40,14 @@ class NullMetrics:
 
 
 NULL_METRICS = NullMetrics()
+
+
+def emit(metrics: Metrics, name: str, fields: Fields) -> None:
+    """Send an event to the hook; a hook that raises is logged, never breaks the caller."""
+    try:
+        metrics.on_event(name, fields)
+    except Exception:
+        logger.exception("metrics hook failed on %s", name)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from amber.wal.files import (
 )
 from amber.wal.files import write_checkpoint as write_file
 from amber.wal.log import FsyncPolicy, WriteAheadLog
-from amber.wal.metrics import NULL_METRICS, Metrics
+from amber.wal.metrics import NULL_METRICS, Metrics, emit
 from amber.wal.operations import Handler, Operations, initial_state
 from amber.wal.retention import checkpoint_dir, checkpoint_seq, expire_checkpoints, wal_dir
 from amber.wal.segments import TailRepair
@@ -192,7 +192,8 @@ class StateStore(Closing):
             if lost:
                 self._checkpoint()
             seconds = time.perf_counter() - started
-            self._metrics.on_event(
+            emit(
+                self._metrics,
                 "recovery.completed",
                 {
                     "duration_ms": seconds * 1000,
@@ -248,7 +249,8 @@ class StateStore(Closing):
             self._ckpts, self._state, wal_seq=seq, level=self._level, clock=self._clock
         )
         header = written.header
-        self._metrics.on_event(
+        emit(
+            self._metrics,
             "checkpoint.created",
             {
                 "duration_ms": written.seconds * 1000,

@@ -76,7 +76,7 @@ def write_checkpoint(
     check_level(level)
     started = time.perf_counter()
     body = pack(state)
-    compressed = zstandard.ZstdCompressor(level=level).compress(body)
+    compressed = zstandard.ZstdCompressor(level=level, threads=-1).compress(body)  # all cores
     header = Header(
         checkpoint_id=uuid.uuid4(),
         timestamp_ns=int(clock() * 1e9),

@@ -52,3 +52,33 @@ TASK_TTL = 24 * HOUR
 
 REVIEW_TTL = 24 * HOUR
 """How long a review waits when it is saved without ``expires_at``."""
+
+WAL_FSYNC = "batch"
+"""Default WAL fsync policy: group commit (``always``, ``batch`` or ``off``)."""
+
+WAL_BATCH_ENTRIES = 100
+"""Under ``batch``, entries buffered before a write and fsync (ADR-003)."""
+
+WAL_BATCH_SECONDS = 1.0
+"""Under ``batch`` and ``off``, longest time an entry waits in the buffer."""
+
+WAL_SEGMENT_ENTRIES = 10_000
+"""Entries per WAL segment file before it is closed and a new one started."""
+
+WAL_MAX_ENTRY_BYTES = 64 * 1024 * 1024
+"""Largest serialized WAL entry; a longer length prefix is read as corruption."""
+
+CHECKPOINT_INTERVAL = 300.0
+"""Seconds between periodic StateStore checkpoints (checked on each log)."""
+
+CHECKPOINT_ENTRIES = 10_000
+"""WAL entries since the last checkpoint that trigger a new one."""
+
+CHECKPOINT_RETENTION = 24 * HOUR
+"""Age after which a checkpoint file may be deleted."""
+
+CHECKPOINT_KEEP = 2
+"""Checkpoint files always kept, however old."""
+
+CHECKPOINT_ZSTD_LEVEL = 3
+"""zstd level of checkpoint bodies; chosen by bench/bench_wal.py (see docs/wal.md)."""

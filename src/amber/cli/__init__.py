@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from amber.cli import analyses, checkpoints, demo, engines, memory, sessions
+from amber.cli import analyses, checkpoints, demo, engines, memory, sessions, wal
 from amber.cli.app import app
 
-__all__ = ["analyses", "app", "checkpoints", "demo", "engines", "main", "memory", "sessions"]
+__all__ = [
+    "analyses",
+    "app",
+    "checkpoints",
+    "demo",
+    "engines",
+    "main",
+    "memory",
+    "sessions",
+    "wal",
+]
 
 
 def main() -> None:

@@ -1,0 +1,116 @@
+"""``amber wal inspect|verify|compact DIR``: look at, check and trim a WAL store directory.
+
+DIR is a ``StateStore`` directory (with ``wal/`` and ``checkpoints/``) or a bare
+directory of WAL segments.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from amber import defaults
+from amber.cli.app import app, console, err_console, friendly
+from amber.errors import WalError
+from amber.wal.files import list_checkpoints, read_checkpoint, read_header
+from amber.wal.format import scan_frames
+from amber.wal.retention import checkpoint_dir, compact, wal_dir
+from amber.wal.segments import check_segment, list_segments, read_file
+
+wal_app = typer.Typer(help="Inspect, verify and compact a write-ahead log directory.")
+app.add_typer(wal_app, name="wal")
+
+DirArg = Annotated[Path, typer.Argument(help="Store directory (or a directory of segments).")]
+
+
+def _dirs(directory: Path) -> tuple[Path, Path]:
+    if not directory.is_dir():
+        raise WalError("not a directory", directory=str(directory))
+    wals = wal_dir(directory)
+    return (wals if wals.is_dir() else directory), checkpoint_dir(directory)
+
+
+@wal_app.command()
+@friendly
+def inspect(directory: DirArg) -> None:
+    """List segments (entries, sequence range) and checkpoint files with their header fields."""
+    wals, ckpts = _dirs(directory)
+    segs = Table("segment", "bytes", "entries", "first seq", "last seq", "state")
+    for first, path in list_segments(wals):
+        data = read_file(path)
+        scan = scan_frames(data, first)
+        state = "ok" if scan.problem is None else f"damaged at {scan.end}: {scan.problem}"
+        last = first + scan.count - 1
+        segs.add_row(path.name, str(len(data)), str(scan.count), str(first), str(last), state)
+    console.print(segs)
+    for path in list_checkpoints(ckpts) if ckpts.is_dir() else []:
+        console.print(f"checkpoint {path.name}", soft_wrap=True, highlight=False)
+        try:
+            h = read_header(path)
+        except WalError as exc:
+            console.print(f"  [red]unreadable header:[/red] {exc.message}", soft_wrap=True)
+            continue
+        taken = datetime.fromtimestamp(h.timestamp_ns / 1e9, UTC).isoformat(timespec="seconds")
+        fields = {
+            "wal_seq": h.wal_seq,
+            "taken": taken,
+            "id": h.checkpoint_id,
+            "version": h.version,
+            "compressed": h.compressed_size,
+            "uncompressed": h.uncompressed_size,
+            "zstd_level": h.level,
+            "sha256": h.sha256.hex(),
+        }
+        for name, value in fields.items():
+            console.print(f"  {name:<13}{value}", soft_wrap=True, highlight=False)
+
+
+@wal_app.command()
+@friendly
+def verify(directory: DirArg) -> None:
+    """Check every entry and checkpoint checksum; exit 1 naming file and offset on damage."""
+    wals, ckpts = _dirs(directory)
+    bad = 0
+    entries = 0
+    for first, path in list_segments(wals):
+        try:
+            entries += check_segment(path, first, read_file(path), last=False).count
+        except WalError as exc:
+            bad += 1
+            err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False, soft_wrap=True)
+    checked = list_checkpoints(ckpts) if ckpts.is_dir() else []
+    for path in checked:
+        try:
+            read_checkpoint(path)
+        except WalError as exc:
+            bad += 1
+            err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False, soft_wrap=True)
+    if bad:
+        raise typer.Exit(1)
+    console.print(f"ok: {entries} entries, {len(checked)} checkpoints, every checksum matches")
+
+
+@wal_app.command(name="compact")
+@friendly
+def compact_cmd(
+    directory: DirArg,
+    retention_hours: Annotated[
+        float, typer.Option(help="Delete checkpoints older than this.")
+    ] = defaults.CHECKPOINT_RETENTION / 3600,
+    keep: Annotated[int, typer.Option(help="Always keep this many newest checkpoints.")] = (
+        defaults.CHECKPOINT_KEEP
+    ),
+) -> None:
+    """Remove what retention allows: old checkpoints and the log before the oldest kept one."""
+    _dirs(directory)
+    if keep < 1:
+        raise WalError("--keep must be at least 1")
+    done = compact(directory, retention=retention_hours * 3600, keep=keep)
+    for path in done.removed:
+        console.print(f"removed {path}")
+    if not done.removed:
+        console.print("nothing to remove")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,6 +44,8 @@ class Settings(BaseSettings):
     connect_timeout: float = Field(defaults.CONNECT_TIMEOUT, gt=0)
     pg_pool_max: int = Field(defaults.PG_POOL_MAX, ge=1)
     max_retries: int = Field(defaults.MAX_RETRIES, ge=0)
+    wal_fsync: Literal["always", "batch", "off"] = defaults.WAL_FSYNC  # type: ignore[assignment]
+    """fsync policy of the working-memory logs in the ``wal`` durability mode."""
 
 
 def load_settings(**overrides: object) -> Settings:

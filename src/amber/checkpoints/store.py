@@ -23,6 +23,8 @@ from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
 from amber.errors import CheckpointCorrupt, CheckpointNotFound, StoreUnavailable
 from amber.keys import Keys, check_id, check_uuid
+from amber.memory.journal import L1Journal
+from amber.memory.restore import PG_SNAPSHOTS_TRIED
 from amber.memory.snapshot import L1CacheSnapshotter, elapsed_ms
 from amber.memory.working import redis_errors
 
@@ -85,6 +87,7 @@ class AgentCheckpointer:
         settings: Settings,
         snapshotter: L1CacheSnapshotter,
         migrations: CheckpointMigrations | None = None,
+        journal: L1Journal | None = None,
     ) -> None:
         self.redis = client
         self.pg = pool
@@ -92,6 +95,7 @@ class AgentCheckpointer:
         self.settings = settings
         self.snapshotter = snapshotter
         self.migrations = migrations or registry
+        self.journal = journal
         self.backup_ttl_ms = settings.checkpoint_backup_ttl * 1000
 
     def save_checkpoint(
@@ -158,6 +162,8 @@ class AgentCheckpointer:
                     meta.seq if dual else None,
                 ),
             )
+        if dual and self.journal is not None:
+            self._compact_log(cp)
         backup_key = self.keys.checkpoint(cp.analysis_id, cp.agent_type)
         try:
             with redis_errors(agent.agent_id), self.redis.pipeline(transaction=True) as pipe:
@@ -240,6 +246,17 @@ class AgentCheckpointer:
             log.error("checkpoint %s in PostgreSQL is corrupt: %s", cid, exc)
             skipped.append(f"postgresql {cid}: {exc}")
             return None
+
+    def _compact_log(self, cp: Checkpoint) -> None:
+        """Let the agent's L1 log drop what no snapshot restore can need any more."""
+        assert self.journal is not None
+        with self.pg.connection() as conn:
+            rows = conn.execute(
+                "SELECT l1_snapshot_seq FROM agent_checkpoints WHERE analysis_id = %s"
+                " AND agent_type = %s AND l1_snapshot IS NOT NULL ORDER BY id DESC LIMIT %s",
+                (cp.analysis_id, cp.agent_type, PG_SNAPSHOTS_TRIED),
+            ).fetchall()
+        self.journal.compact(cp.agent_id, [int(r[0] or 0) for r in rows])
 
     def get(self, checkpoint_id: object) -> Checkpoint:
         """One checkpoint by id, from PostgreSQL, checksum verified."""

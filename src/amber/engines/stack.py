@@ -18,7 +18,7 @@ from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from amber.checkpoints import AgentCheckpointer, Analyses, Retention
-from amber.config import Settings, load_settings
+from amber.config import Durability, Settings, load_settings
 from amber.engines.embedded import ensure_embedded
 from amber.errors import StoreUnavailable
 from amber.keys import Keys
@@ -30,6 +30,7 @@ from amber.memory import (
     L1CacheSnapshotter,
     L1TTLManager,
 )
+from amber.memory.journal import L1Journal
 from amber.memory.working import Journal
 from amber.schema.migrations import migrate, schema_version
 
@@ -155,7 +156,15 @@ class Stack:
         )
 
     def _journal(self, agent_id: str) -> Journal | None:
-        return None
+        return self.l1_journal.journal(agent_id) if self.l1_journal else None
+
+    @cached_property
+    def l1_journal(self) -> L1Journal | None:
+        """The working-memory write-ahead logs, in the ``wal`` durability mode only."""
+        if self.settings.durability != Durability.WAL:
+            return None
+        directory = self.settings.data_dir / "wal" / "l1" / self.keys.prefix
+        return L1Journal(directory, self.settings.wal_fsync)
 
     @cached_property
     def snapshotter(self) -> L1CacheSnapshotter:
@@ -183,13 +192,19 @@ class Stack:
     @cached_property
     def recovery(self) -> DualRecoveryStrategy:
         """L1 → Redis secondary → PostgreSQL."""
-        return DualRecoveryStrategy(self.snapshotter, self.restorer, self.ttl_manager)
+        journal = self.l1_journal
+        replayer = (
+            (lambda agent, after: journal.replay(self.memory, agent, after)) if journal else None
+        )
+        return DualRecoveryStrategy(self.snapshotter, self.restorer, self.ttl_manager, replayer)
 
     # -- checkpoints (DD-011) and analyses ----------------------------------------------
     @cached_property
     def checkpointer(self) -> AgentCheckpointer:
         """Saves and restores checkpoints."""
-        return AgentCheckpointer(self.redis, self.pg, self.keys, self.settings, self.snapshotter)
+        return AgentCheckpointer(
+            self.redis, self.pg, self.keys, self.settings, self.snapshotter, journal=self.l1_journal
+        )
 
     @cached_property
     def analyses(self) -> Analyses:
@@ -236,6 +251,8 @@ class Stack:
         if self._closed:
             return
         self._closed = True
+        if "l1_journal" in self.__dict__ and self.l1_journal is not None:
+            self.l1_journal.close()
         self.redis.close()
         self.pg.close()
 

@@ -19,6 +19,12 @@ from amber.errors import InvalidValue, StoreUnavailable, WrongType
 from amber.keys import Keys, check_id, check_key
 from amber.memory import scripts
 
+COMMAND_TYPES: dict[str, RedisType] = {
+    "SET": "string", "RPUSH": "list", "LPUSH": "list", "HSET": "hash", "HDEL": "hash",
+    "SADD": "set", "SREM": "set", "ZADD": "zset", "ZREM": "zset",
+}  # fmt: skip
+"""The Redis type each write command works on."""
+
 Scalar = bytes | str | int | float
 ByteSet = set[bytes]
 Journal = Callable[[str, str, list[Any]], int | None]
@@ -81,8 +87,8 @@ class AgentMemory:
         return self.keys.l1(self.agent_id, name)
 
     # -- writes -----------------------------------------------------------------------
-    def _write(self, command: str, name: str, rtype: RedisType, *args: Any) -> Any:
-        full = self.key(name)
+    def _write(self, command: str, name: str, *args: Any) -> Any:
+        self.key(name)  # checks the name before anything is logged
         if not args:
             raise InvalidValue(
                 f"{command.lower()} on {name!r} needs at least one value",
@@ -90,24 +96,58 @@ class AgentMemory:
                 key=name,
             )
         seq = self.journal(command, name, list(args)) if self.journal else None
+        return self._apply(command, name, list(args), seq)
+
+    def _apply(self, command: str, name: str, args: list[Any], seq: int | None) -> Any:
         with redis_errors(self.agent_id, name):
             result, _ = self._write_script(
-                keys=[full, self._index, self._seq],
-                args=[command, name, rtype, self.ttl_ms, "" if seq is None else seq, *args],
+                keys=[self.key(name), self._index, self._seq],
+                args=[
+                    command,
+                    name,
+                    COMMAND_TYPES[command],
+                    self.ttl_ms,
+                    "" if seq is None else seq,
+                    *args,
+                ],
             )
         return result
 
+    def _delete(self, names: list[str], seq: int | None) -> int:
+        with redis_errors(self.agent_id):
+            removed, _ = self._delete_script(
+                keys=[self._index, self._seq, *(self.key(n) for n in names)],
+                args=[self.ttl_ms, "" if seq is None else seq, *names],
+            )
+        return int(removed)
+
+    def replay(self, command: str, name: str, args: list[Any], seq: int) -> None:
+        """Apply one logged write again at its logged sequence (WAL recovery; not logged).
+
+        A write that met a key of another type failed the same way when first made,
+        and is skipped.
+        """
+        if command == "DEL":
+            self._delete([name, *args], seq)
+        elif command in COMMAND_TYPES:
+            with contextlib.suppress(WrongType):
+                self._apply(command, name, args, seq)
+        else:
+            raise InvalidValue(
+                f"the log holds an unknown L1 command {command!r}", agent_id=self.agent_id, key=name
+            )
+
     def set(self, name: str, value: Scalar) -> bool:
         """Set a string key."""
-        return bool(self._write("SET", name, "string", value))
+        return bool(self._write("SET", name, value))
 
     def rpush(self, name: str, *values: Scalar) -> int:
         """Append to a list; returns its new length."""
-        return int(self._write("RPUSH", name, "list", *values))
+        return int(self._write("RPUSH", name, *values))
 
     def lpush(self, name: str, *values: Scalar) -> int:
         """Prepend to a list; returns its new length."""
-        return int(self._write("LPUSH", name, "list", *values))
+        return int(self._write("LPUSH", name, *values))
 
     def hset(
         self,
@@ -124,30 +164,30 @@ class AgentMemory:
             pairs += [key, value]
         for k, v in (mapping or {}).items():
             pairs += [k, v]
-        return int(self._write("HSET", name, "hash", *pairs))
+        return int(self._write("HSET", name, *pairs))
 
     def hdel(self, name: str, *fields: Scalar) -> int:
         """Delete hash fields; returns how many were removed."""
-        return int(self._write("HDEL", name, "hash", *fields))
+        return int(self._write("HDEL", name, *fields))
 
     def sadd(self, name: str, *members: Scalar) -> int:
         """Add set members; returns how many were new."""
-        return int(self._write("SADD", name, "set", *members))
+        return int(self._write("SADD", name, *members))
 
     def srem(self, name: str, *members: Scalar) -> int:
         """Remove set members; returns how many were removed."""
-        return int(self._write("SREM", name, "set", *members))
+        return int(self._write("SREM", name, *members))
 
     def zadd(self, name: str, mapping: Mapping[Any, float]) -> int:
         """Add zset members with scores; returns how many were new."""
         args: list[Scalar] = []
         for member, score in mapping.items():
             args += [float(score), member]
-        return int(self._write("ZADD", name, "zset", *args))
+        return int(self._write("ZADD", name, *args))
 
     def zrem(self, name: str, *members: Scalar) -> int:
         """Remove zset members; returns how many were removed."""
-        return int(self._write("ZREM", name, "zset", *members))
+        return int(self._write("ZREM", name, *members))
 
     def delete(self, *names: str) -> int:
         """Delete keys; returns how many existed."""
@@ -156,12 +196,7 @@ class AgentMemory:
         for n in names:
             check_key(n)
         seq = self.journal("DEL", names[0], list(names[1:])) if self.journal else None
-        with redis_errors(self.agent_id):
-            removed, _ = self._delete_script(
-                keys=[self._index, self._seq, *(self.key(n) for n in names)],
-                args=[self.ttl_ms, "" if seq is None else seq, *names],
-            )
-        return int(removed)
+        return self._delete(list(names), seq)
 
     def clear(self) -> int:
         """Delete every key of this agent's working memory."""

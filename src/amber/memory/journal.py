@@ -1,0 +1,86 @@
+"""The ``wal`` durability mode for working memory: every L1 write is logged first.
+
+Each agent has its own write-ahead log under ``<data_dir>/wal/l1/<prefix>/<agent_id>``
+(one writer per directory, so one process owns an agent's log at a time). A write is
+appended to the log, then applied to Redis with the log's sequence as the agent's
+sequence; a snapshot records that sequence, so recovery is the newest sound snapshot
+plus a replay of every logged write after it. A Redis restart between two
+checkpoints then loses nothing Redis acknowledged (within the log's fsync policy).
+
+Retention keeps the log from the oldest snapshot a restore may fall back to: the
+third newest in PostgreSQL (``PG_SNAPSHOTS_TRIED``).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from amber.keys import check_id
+from amber.memory.restore import PG_SNAPSHOTS_TRIED
+from amber.wal import WriteAheadLog
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from amber.memory.working import AgentMemory, Journal
+
+L1_OP = "l1"
+"""The WAL operation name of one working-memory write: data is [command, key, args]."""
+
+
+class L1Journal:
+    """Per-agent write-ahead logs of working-memory writes, opened on first use."""
+
+    def __init__(self, directory: Path, fsync: str) -> None:
+        self.directory = directory
+        self.fsync = fsync
+        self._logs: dict[str, WriteAheadLog] = {}
+        self._lock = threading.Lock()
+
+    def log(self, agent_id: str) -> WriteAheadLog:
+        """The agent's log (opened, and locked for this process, on first use)."""
+        agent_id = check_id(agent_id, "agent_id")
+        with self._lock:
+            if agent_id not in self._logs:
+                self._logs[agent_id] = WriteAheadLog(self.directory / agent_id, fsync=self.fsync)  # type: ignore[arg-type]
+            return self._logs[agent_id]
+
+    def journal(self, agent_id: str) -> Journal:
+        """The hook ``AgentMemory`` calls before each write: log it, return its sequence."""
+        log = self.log(agent_id)
+
+        def append(command: str, name: str, args: list[Any]) -> int:
+            return log.append(L1_OP, [command, name, args])
+
+        return append
+
+    def replay(self, memory: Callable[[str], AgentMemory], agent_id: str, after: int) -> int:
+        """Apply every logged write after sequence ``after``; returns how many."""
+        mem = memory(agent_id)
+        count = 0
+        for entry in self.log(agent_id).entries_after(after):
+            if entry.op == L1_OP:
+                command, name, args = entry.data
+                mem.replay(_text(command), _text(name), list(args), entry.seq)
+                count += 1
+        return count
+
+    def compact(self, agent_id: str, snapshot_seqs: list[int]) -> int:
+        """Drop log segments no restore can need, given the durable snapshots' sequences
+        (newest first); returns how many segment files went."""
+        if len(snapshot_seqs) < PG_SNAPSHOTS_TRIED:
+            return 0
+        return len(self.log(agent_id).drop_through(snapshot_seqs[PG_SNAPSHOTS_TRIED - 1]))
+
+    def close(self) -> None:
+        """Flush and close every open log."""
+        with self._lock:
+            for log in self._logs.values():
+                log.close()
+            self._logs.clear()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (
@@ -284,6 +286,52 @@ def bench_restore(eng: Engines, saver: Any, n: int, history: int, rows: list[Row
         rows.append(Row(f"langgraph get_tuple, {hist}", lgm, lgm.p50 / lg1.p50, "LG 1 cp"))
 
 
+def bench_storage(eng: Engines, n: int, rows: list[Row | str]) -> None:
+    """DD-011 names JSONB; amber stores zstd canonical JSON in BYTEA. Same snapshot, both ways."""
+    from amber import codec
+    from amber.memory.snapshot import read_memory
+
+    agent = make_agent(eng.stack, Payload.make())
+    snap = read_memory(eng.stack.redis, eng.stack.keys, agent.agent_id)
+    doc = codec.canonical_document(snap.canonical)
+    text = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
+    with eng.stack.pg.connection() as conn:
+        conn.execute("CREATE TEMP TABLE bench_jsonb (id serial PRIMARY KEY, v jsonb)")
+        conn.execute("CREATE TEMP TABLE bench_bytea (id serial PRIMARY KEY, v bytea)")
+        conn.execute("INSERT INTO bench_jsonb (v) VALUES (%s::jsonb)", (text,))
+        conn.execute("INSERT INTO bench_bytea (v) VALUES (%s)", (snap.pack(),))
+
+        def latest(table: str) -> Any:
+            row = conn.execute(f"SELECT v FROM {table} ORDER BY id DESC LIMIT 1").fetchone()
+            return row[0] if row else None
+
+        ops = {
+            "insert jsonb": lambda i: conn.execute(
+                "INSERT INTO bench_jsonb (v) VALUES (%s::jsonb)", (text,)
+            ),
+            "insert bytea": lambda i: conn.execute(
+                "INSERT INTO bench_bytea (v) VALUES (%s)", (snap.pack(),)
+            ),
+            "read jsonb": lambda i: codec.memory_from_document(latest("bench_jsonb")),
+            "read bytea": lambda i: codec.unpack_memory(latest("bench_bytea")),
+        }
+        st = {k: stats(v) for k, v in series(ops, n, budget_s=20.0).items()}
+        conn.execute("DROP TABLE bench_jsonb, bench_bytea")
+    size = f"{len(text.encode()) // 1024} KB JSON, {len(snap.pack()) // 1024} KB zstd"
+    rows.append(f"storing the 100-key snapshot in PostgreSQL ({size})")
+    for op in ("insert", "read"):
+        bytea, jsonb = st[f"{op} bytea"], st[f"{op} jsonb"]
+        rows.append(
+            Row(
+                f"{op} + encode/decode, BYTEA zstd (amber)",
+                bytea,
+                bytea.p50 / jsonb.p50,
+                f"{op} JSONB",
+            )
+        )
+        rows.append(Row(f"{op} + encode/decode, JSONB (DD-011)", jsonb))
+
+
 def main() -> None:
     quick = quick_flag()
     n_save, n_restore = (10, 20) if quick else (300, 1000)
@@ -309,6 +357,7 @@ def main() -> None:
             rows: list[Row | str] = []
             bench_save(eng, saver, n_save, rows)
             bench_restore(eng, saver, n_restore, history, rows)
+            bench_storage(eng, n_restore // 5, rows)
             table(rows)
             print("ratio: p50 / p50 of the 'vs' row, timed in the same rounds (below 1: faster).")
             print("ops/s: n / total time. LangGraph rows: from the Redis-backup rounds; it is")

@@ -281,13 +281,8 @@ def unpack(blob: bytes) -> bytes:
         raise CodecError(f"stored blob is not a valid zstd frame: {exc}") from None
 
 
-def pack_memory(memory: Memory) -> bytes:
-    """A memory as stored in the Redis secondary and PostgreSQL."""
-    return pack(encode_memory(memory))
-
-
 def unpack_memory(blob: bytes) -> dict[str, Entry]:
-    """Inverse of :func:`pack_memory`."""
+    """A memory as stored in the Redis secondary and PostgreSQL (zstd canonical JSON)."""
     return decode_memory(unpack(blob))
 
 

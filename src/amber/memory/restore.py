@@ -175,9 +175,7 @@ class L1CacheRestorer:
         if blob is None or meta_raw is None:
             return None
         meta = SnapshotMeta.from_json(cast(bytes, meta_raw))
-        return Loaded(
-            "redis_secondary", codec.unpack_memory(cast(bytes, blob)), meta.hash, meta.seq
-        )
+        return _loaded("redis_secondary", cast(bytes, blob), meta.hash, meta.seq)
 
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
         """The newest snapshot stored with a checkpoint in PostgreSQL."""

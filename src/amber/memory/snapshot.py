@@ -24,8 +24,8 @@ from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
 from amber.memory.working import redis_errors, supported
 
-WATCH_RETRIES = 50
-"""Times a snapshot read starts over because keys were added or removed meanwhile."""
+READ_ATTEMPTS = 50
+"""Times a snapshot read may start over because other writes came in between."""
 
 READ_CHUNK = 500
 """Keys read per script call, so a big memory never holds Redis for long."""
@@ -126,7 +126,7 @@ def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
         )
 
     with redis_errors(agent_id):
-        for attempt in range(WATCH_RETRIES):
+        for attempt in range(READ_ATTEMPTS):
             index = {
                 k.decode(): v.decode()
                 for k, v in cast(dict[bytes, bytes], client.hgetall(index_key)).items()

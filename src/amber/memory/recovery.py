@@ -79,7 +79,7 @@ class DualRecoveryStrategy:
         """Make the agent's L1 whole again and say how."""
         t0 = time.perf_counter()
         check_id(agent_id, "agent_id")
-        snap = self.snapshotter.take(agent_id)
+        snap = self.snapshotter.take(agent_id, full=True)
         reference: Loaded | None = None
         if snap.indexed:
             loaders: list[Callable[[], Loaded | None]] = [
@@ -103,12 +103,12 @@ class DualRecoveryStrategy:
         report = self.l1_restorer.restore_from_snapshot(agent_id, analysis_id, agent_type)
         if report is None:
             replayed = self._replay(agent_id, 0)
-            keys = len(self.snapshotter.take(agent_id).memory) if replayed else 0
+            keys = len(self.snapshotter.take(agent_id, full=True).memory) if replayed else 0
             return RecoveryReport(
                 agent_id, "empty", elapsed_ms(t0), keys, 0, True, replayed, reason
             )
         replayed = self._replay(agent_id, report.seq)
-        keys = len(self.snapshotter.take(agent_id).memory) if replayed else report.keys
+        keys = len(self.snapshotter.take(agent_id, full=True).memory) if replayed else report.keys
         self.ttl_manager.restore_active_ttl_on_resume(agent_id)
         return RecoveryReport(
             agent_id,

@@ -19,7 +19,9 @@ redis.call('PEXPIRE', {seq_key}, {ttl})
 
 WRITE = (
     """
--- One L1 mutation plus its bookkeeping, atomically.
+-- One L1 mutation plus its bookkeeping, atomically. The index maps each key name to
+-- '<type>:<sequence of its last write>:<server time of it>': unique per write even
+-- when a restore makes the agent's sequence numbers run again.
 -- KEYS[1] the L1 key, KEYS[2] the agent's index hash, KEYS[3] the agent's sequence
 -- ARGV[1] command (SET, RPUSH, HSET, ...), ARGV[2] key name, ARGV[3] expected type
 -- ARGV[4] TTL in ms for key, index and sequence, ARGV[5] explicit sequence or ''
@@ -30,15 +32,16 @@ if t ~= 'none' and t ~= ARGV[3] then
 end
 local result = redis.call(ARGV[1], KEYS[1], unpack(ARGV, 6))
 local ttl = tonumber(ARGV[4])
+"""
+    + _bump_sequence("KEYS[3]", "ARGV[5]", "ttl")
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+  local now = redis.call('TIME')
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. ':' .. seq .. ':' .. now[1] .. now[2])
   redis.call('PEXPIRE', KEYS[1], ttl)
 else
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
-"""
-    + _bump_sequence("KEYS[3]", "ARGV[5]", "ttl")
-    + """
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
@@ -64,18 +67,23 @@ return {n, seq}
 )
 
 READ = """
--- Read an agent's whole L1 at one instant.
+-- Read an agent's whole L1 at one instant, or what changed of it since a known state.
 -- KEYS[1] index, KEYS[2] sequence, KEYS[3..] L1 keys the caller found in the index
 -- (all of them, or one chunk of them)
--- ARGV[1..n] the names of KEYS[3..], in the same order; ARGV[n+1..2n] their indexed
--- types; ARGV[2n+1] how many keys the caller found in the index in all
--- Returns {'retry'} if the index changed since the caller read it, else one msgpack
--- blob of {sequence, type1, value1, type2, value2, ...}, each value read by its actual
--- type (one bulk reply instead of thousands of items: far cheaper for the client).
+-- ARGV[1..n] the names of KEYS[3..], in the same order; ARGV[n+1..2n] the index entry
+-- ('<type>:<seq>:<time>') of the value the caller already holds for each, or '';
+-- ARGV[2n+1] how many keys the index had in all when the caller read it
+-- Returns {'retry'} if keys were added or removed since the caller read the index,
+-- else one msgpack blob of {sequence, entry1, type1, value1, ...}: each key's index
+-- entry now, and its value read by its actual type, or the type 'same' (value false)
+-- when the key still holds the value the caller has.
 local n = #KEYS - 2
 if redis.call('HLEN', KEYS[1]) ~= tonumber(ARGV[2 * n + 1]) then return {'retry'} end
+local entries = {}
 for i = 1, n do
-  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then return {'retry'} end
+  local e = redis.call('HGET', KEYS[1], ARGV[i])
+  if not e then return {'retry'} end
+  entries[i] = e
 end
 local function read(t, key)
   if t == 'string' then return redis.pcall('GET', key)
@@ -88,14 +96,21 @@ local function read(t, key)
 end
 local out = {redis.call('GET', KEYS[2])}
 for i = 1, n do
-  local key, t = KEYS[i + 2], ARGV[n + i]
-  local v = read(t, key)
-  if v == nil or (type(v) == 'table' and v.err) then  -- not the indexed type
-    t = redis.call('TYPE', key)['ok']
-    v = read(t, key) or false
-  elseif v == false or (type(v) == 'table' and #v == 0) then  -- expired
-    t, v = 'none', false
+  local key = KEYS[i + 2]
+  local t = string.match(entries[i], '^[^:]*')
+  local v
+  if ARGV[n + i] == entries[i] and redis.call('EXISTS', key) == 1 then
+    t, v = 'same', false
+  else
+    v = read(t, key)
+    if v == nil or (type(v) == 'table' and v.err) then  -- not the indexed type
+      t = redis.call('TYPE', key)['ok']
+      v = read(t, key) or false
+    elseif v == false or (type(v) == 'table' and #v == 0) then  -- expired
+      t, v = 'none', false
+    end
   end
+  out[#out + 1] = entries[i]
   out[#out + 1] = t
   out[#out + 1] = v
 end
@@ -114,6 +129,8 @@ local data = cmsgpack.unpack(ARGV[1])
 local n = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local writers = {list = 'RPUSH', set = 'SADD', hash = 'HSET', zset = 'ZADD'}
+local now = redis.call('TIME')
+local stamp = ':' .. ARGV[4] .. ':' .. now[1] .. now[2]
 for i = n + 3, #KEYS do
   redis.call('DEL', KEYS[i])
 end
@@ -130,7 +147,7 @@ for i = 1, n do
     end
   end
   redis.call('PEXPIRE', key, ttl)
-  redis.call('HSET', KEYS[1], ARGV[i + 4], item[1])
+  redis.call('HSET', KEYS[1], ARGV[i + 4], item[1] .. stamp)
 end
 if n > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)

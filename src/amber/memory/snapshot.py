@@ -6,8 +6,10 @@ memory that existed at one instant, on a single server and on a cluster alike.
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import asdict, dataclass
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, cast
@@ -30,6 +32,9 @@ READ_ATTEMPTS = 50
 READ_CHUNK = 500
 """Keys read per script call, so a big memory never holds Redis for long."""
 
+SNAPSHOTS_REMEMBERED = 1024
+"""Agents whose latest snapshot a snapshotter keeps, to read only what changed next time."""
+
 CHUNKED_ATTEMPTS = 3
 """Chunked reads tried before one script reads a big memory whole."""
 
@@ -43,11 +48,18 @@ class Snapshot:
     seq: int
     missing: tuple[str, ...]
     """Keys the index lists but that had expired; dropped from the index by the read."""
+    entries: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Each key's index entry when read ('<type>:<seq>:<time>' of its last write)."""
+    reused: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
+    """Canonical forms carried over from an earlier snapshot for keys that had not changed."""
 
     @cached_property
     def canonical(self) -> codec.Canonical:
         """Every value encoded once, for the hash and the stored document."""
-        return codec.canonical(self.memory)
+        return {
+            n: self.reused.get(n) or (e.type, codec.encode_value(e.type, e.value), e.ttl_ms)
+            for n, e in self.memory.items()
+        }
 
     @cached_property
     def hash(self) -> str:
@@ -103,23 +115,29 @@ def _decode_reply(rtype: RedisType, reply: Any) -> codec.Value:
     return [(m, float(s)) for m, s in zip(it, it, strict=True)]
 
 
-def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
+def read_memory(
+    client: redis.Redis, keys: Keys, agent_id: str, known: Snapshot | None = None
+) -> Snapshot:
     """Read every key of an agent's L1 at one instant. Drops expired keys from the index.
 
     Lua scripts read the keys the index lists (declared in ``KEYS[]``, one slot), up
     to ``READ_CHUNK`` keys per call, every call at the same agent sequence; the read
-    starts over if the keys changed in between (or, across chunks, any write came).
-    Raises ``UnsupportedType`` naming a key that another client turned into a type
-    amber cannot snapshot.
+    starts over if keys were added or removed in between (or, across chunks, if any
+    write came). With ``known`` (an earlier snapshot of this agent), keys whose index
+    entry is unchanged since then are not read again: every write through
+    ``AgentMemory`` changes its key's entry. Raises ``UnsupportedType`` naming a key
+    that another client turned into a type amber cannot snapshot.
     """
     agent_id = check_id(agent_id, "agent_id")
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     script = client.register_script(scripts.READ)
     base = keys.l1_base(agent_id)  # names in the index were checked when written
+    held = known.entries if known is not None else {}
 
-    def read(names: list[str], types: list[str], total: int) -> list[Any] | None:
+    def read(names: list[str], total: int) -> list[Any] | None:
         reply = script(
-            keys=[index_key, seq_key, *(base + n for n in names)], args=[*names, *types, total]
+            keys=[index_key, seq_key, *(base + n for n in names)],
+            args=[*names, *(held.get(n, "") for n in names), total],
         )
         return (
             cast(list[Any], msgpack.unpackb(reply, raw=True)) if isinstance(reply, bytes) else None
@@ -127,19 +145,14 @@ def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
 
     with redis_errors(agent_id):
         for attempt in range(READ_ATTEMPTS):
-            index = {
-                k.decode(): v.decode()
-                for k, v in cast(dict[bytes, bytes], client.hgetall(index_key)).items()
-            }
-            names = sorted(index)
-            types = [index[n] for n in names]
+            names = sorted(k.decode() for k in cast(list[bytes], client.hkeys(index_key)))
             # big memories go in chunks, each at the same sequence (every write bumps it),
             # so no single script holds the server long; if writers keep interfering,
             # one script reads everything
             step = READ_CHUNK if attempt < CHUNKED_ATTEMPTS else max(len(names), 1)
             replies: list[Any] = []
             for i in range(0, max(len(names), 1), step):
-                part = read(names[i : i + step], types[i : i + step], len(names))
+                part = read(names[i : i + step], len(names))
                 if part is None or (replies and part[0] != replies[0]):
                     break
                 replies.extend(part if not replies else part[1:])
@@ -149,10 +162,16 @@ def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
             raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
         seq = int(replies[0]) if replies[0] not in (None, False) else 0
         memory: dict[str, Entry] = {}
+        entries: dict[str, str] = {}
+        reused: dict[str, tuple[Any, ...]] = {}
         missing: list[str] = []
         retyped: dict[str, str] = {}
         for i, name in enumerate(names):
-            actual = cast(bytes, replies[1 + 2 * i]).decode()
+            entry, actual = (x.decode() for x in replies[1 + 3 * i : 3 + 3 * i])
+            if actual == "same" and known is not None:
+                memory[name], entries[name] = known.memory[name], entry
+                reused[name] = known.canonical[name]
+                continue
             if actual == "none":
                 missing.append(name)
                 continue
@@ -163,14 +182,17 @@ def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
                     key=name,
                 )
             rtype = cast(RedisType, actual)
-            memory[name] = Entry(rtype, _decode_reply(rtype, replies[2 + 2 * i]))
-            if actual != index[name]:
-                retyped[name] = actual
+            memory[name] = Entry(rtype, _decode_reply(rtype, replies[3 + 3 * i]))
+            indexed_type, _, stamp = entry.partition(":")
+            if actual != indexed_type:
+                entry = f"{actual}:{stamp}"
+                retyped[name] = entry
+            entries[name] = entry
         if retyped:  # another client changed a key's type: the index follows
             client.hset(index_key, mapping=cast(dict[Any, Any], retyped))
         if missing:
             client.hdel(index_key, *missing)
-    return Snapshot(agent_id, memory, seq, tuple(missing))
+    return Snapshot(agent_id, memory, seq, tuple(missing), entries, reused)
 
 
 def _now() -> str:
@@ -187,10 +209,24 @@ class L1CacheSnapshotter:
         self.pg = pool
         self.keys = keys
         self.ttl_ms = snapshot_ttl * 1000
+        self._last: OrderedDict[str, Snapshot] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def take(self, agent_id: str) -> Snapshot:
-        """Read the agent's L1 at one instant, without storing it."""
-        return read_memory(self.redis, self.keys, agent_id)
+    def take(self, agent_id: str, full: bool = False) -> Snapshot:
+        """Read the agent's L1 at one instant, without storing it.
+
+        Keys unchanged since this snapshotter's previous snapshot of the agent are
+        carried over instead of read again, unless ``full``: recovery and verification
+        read everything, trusting nothing.
+        """
+        known = None if full else self._last.get(agent_id)
+        snap = read_memory(self.redis, self.keys, agent_id, known)
+        with self._lock:
+            self._last[agent_id] = snap
+            self._last.move_to_end(agent_id)
+            while len(self._last) > SNAPSHOTS_REMEMBERED:
+                self._last.popitem(last=False)
+        return snap
 
     def snapshot_on_checkpoint(
         self, agent_id: str, checkpoint_id: object | None = None, dual_write: bool = False

@@ -58,3 +58,23 @@ def test_redis_outage_is_clear(
             mem.set("k", "w")
         with pytest.raises(StoreUnavailable):
             stack.snapshotter.take("outage-agent")
+
+
+def test_redis_refusing_the_backup_never_leaves_an_older_one_trusted(
+    own: tuple[EmbeddedRedis, EmbeddedPostgres],
+) -> None:
+    redis_server, pg_server = own
+    with amber.connect(redis_server.url, pg_server.url(), connect_timeout=2) as stack:
+        agent = Probe(str(uuid.uuid4()), "AAPL", stack.memory("oom-agent"))
+        agent.complete("one", agent.run_subtask("one"))
+        stack.checkpointer.save_checkpoint(agent, "one")
+        agent.complete("two", agent.run_subtask("two"))
+        stack.redis.config_set("maxmemory", 1)  # Redis now refuses writes (OOM)
+        try:
+            with pytest.raises(StoreUnavailable, match="is in PostgreSQL"):
+                stack.checkpointer.save_checkpoint(agent, "two")
+        finally:
+            stack.redis.config_set("maxmemory", 0)
+        restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent")
+        assert restored.source == "postgresql"  # the older backup went
+        assert restored.checkpoint.completed_subtasks == ["one", "two"]

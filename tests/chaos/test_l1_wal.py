@@ -190,3 +190,37 @@ def test_coordinator_in_wal_mode(
         results = co.run(aid)
         assert all(r.status == "completed" for r in results.values())
         assert co.market.duplicate_calls == 0
+
+
+def test_a_lost_log_never_makes_the_sequence_run_backwards(
+    engines: Engines, redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    import shutil
+
+    agent_id = f"wal-{uuid.uuid4().hex[:6]}"
+    with _stack(engines, redis_server, tmp_path / "d") as stack:
+        mem = stack.memory(agent_id)
+        for i in range(50):
+            mem.set(f"k{i}", i)
+        stack.snapshotter.snapshot_on_checkpoint(agent_id)
+    shutil.rmtree(tmp_path / "d" / "wal")  # the log is gone (a new host, say)
+    with _stack(engines, redis_server, tmp_path / "d") as stack:
+        mem = stack.memory(agent_id)
+        for i in range(20):
+            mem.set(f"new{i}", i)
+        assert mem.sequence() == 70
+        report = stack.recovery.recover_agent_state(agent_id, uuid.uuid4(), "probe_agent")
+        assert report.path == "l1_existing" and mem.get("new0") == b"0"
+
+
+def test_reading_a_wal_agent_needs_no_log(
+    engines: Engines, redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    agent_id = f"wal-{uuid.uuid4().hex[:6]}"
+    with (
+        _stack(engines, redis_server, tmp_path / "d") as writer,
+        _stack(engines, redis_server, tmp_path / "d") as reader,
+    ):
+        writer.memory(agent_id).set("a", 1)  # the writer holds the agent's log
+        assert reader.memory(agent_id).get("a") == b"1"
+        assert reader.snapshotter.take(agent_id).memory["a"].value == b"1"

@@ -133,12 +133,16 @@ class LeadCoordinator:
         record = self.stack.analyses.get(analysis_id)
         if record.status != "running":
             self.stack.analyses.transition(analysis_id, "running", ("running",))  # raises
+        with self.stack.analyses.runner_lock(record.analysis_id):
+            return self._run_agents(record.analysis_id)
+
+    def _run_agents(self, analysis_id: str) -> dict[str, AgentResult]:
         results: dict[str, AgentResult] = {}
         for agent in self.build_agents(analysis_id):
             result = self._run_agent(agent)
             results[agent.agent_type] = result
             if result.status == "quota_exhausted" and self.on_quota is not None:
-                self.on_quota(record.analysis_id, result)
+                self.on_quota(analysis_id, result)
                 return results
             if result.status == "paused":
                 return results
@@ -192,6 +196,14 @@ class LeadCoordinator:
                 )
                 return self._result(agent, "failed", str(exc))
             agent.complete(name, deliverable)
+            if self.stack.analyses.get(agent.analysis_id).status != "running":
+                # paused while this subtask ran: keep its work as a pause would
+                cp.save_checkpoint(agent, name, dual_write=True)
+                self.stack.ttl_manager.extend_ttl_on_pause(
+                    agent.agent_id,
+                    [self.stack.keys.checkpoint(agent.analysis_id, agent.agent_type)],
+                )
+                return self._result(agent, "paused")
             cp.save_checkpoint(agent, name)
             if self.on_progress is not None:
                 self.on_progress(agent)

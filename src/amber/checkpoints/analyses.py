@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,6 +32,7 @@ class AnalysisRecord:
     updated_at: datetime
 
 
+RUNNER_LOCK_SPACE = 0x616D62  # advisory lock namespace of analysis runners
 _COLUMNS = "analysis_id, stock_ticker, agents, status, preserve, created_at, updated_at"
 
 
@@ -91,6 +94,30 @@ class Analyses:
                 analysis_id=aid,
                 status=current,
             )
+
+    @contextlib.contextmanager
+    def runner_lock(self, analysis_id: object) -> Iterator[None]:
+        """Be the only process running this analysis, for the duration of the block.
+
+        A session advisory lock on a connection held for the run: released when the
+        block ends, or when the process dies and its connection closes. A second
+        runner gets ``AnalysisStateError`` at once.
+        """
+        aid = check_uuid(analysis_id)
+        with self.pg.connection() as conn:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (RUNNER_LOCK_SPACE, aid)
+            ).fetchone()
+            if not row or not row[0]:
+                raise AnalysisStateError(
+                    "another process is running this analysis", analysis_id=aid
+                )
+            try:
+                yield
+            finally:
+                conn.execute(
+                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", (RUNNER_LOCK_SPACE, aid)
+                )
 
     def set_preserve(self, analysis_id: object, preserve: bool = True) -> None:
         """Exempt (or stop exempting) an analysis from retention."""

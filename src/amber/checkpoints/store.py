@@ -166,17 +166,22 @@ class AgentCheckpointer:
             self._compact_log(cp)
         backup_key = self.keys.checkpoint(cp.analysis_id, cp.agent_type)
         try:
-            with redis_errors(agent.agent_id), self.redis.pipeline(transaction=True) as pipe:
+            with self.redis.pipeline(transaction=True) as pipe:
                 pipe.set(backup_key, seal(digest, packed), px=self.backup_ttl_ms)
                 self.snapshotter.write_secondary(pipe, meta, blob)
                 pipe.execute()
-        except StoreUnavailable:
+        except (redis.RedisError, OSError) as exc:
             # durable in PostgreSQL already; never leave an older backup looking newest
             try:
                 self.redis.delete(backup_key)
-            except redis.RedisError:
+            except (redis.RedisError, OSError):
                 log.error("stale checkpoint backup %s may remain in Redis", backup_key)
-            raise
+            raise StoreUnavailable(
+                f"checkpoint {cp.checkpoint_id} is in PostgreSQL, but Redis refused its"
+                f" backup and snapshot: {exc}",
+                checkpoint_id=cp.checkpoint_id,
+                agent_id=agent.agent_id,
+            ) from None
         return cp
 
     def restore_checkpoint(

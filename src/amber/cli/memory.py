@@ -59,8 +59,10 @@ def verify(agent_id: str) -> None:
     """Check that an agent's working memory matches its latest snapshot (exit 1 if not)."""
     with OPTIONS.stack() as stack:
         meta = stack.snapshotter.latest_meta(agent_id)
-        if meta is None:
+        loaded = stack.restorer.load_secondary(agent_id)
+        if meta is None or loaded is None:
             raise ConsistencyError("no snapshot to verify against", agent_id=agent_id)
+        stack.verifier.check_snapshot(agent_id, loaded)  # the snapshot itself is sound
         snap = read_memory(stack.redis, stack.keys, agent_id)
     if snap.hash == meta.hash and len(snap.memory) == meta.key_count:
         console.print(f"ok: {len(snap.memory)} keys match the snapshot of {meta.timestamp}")

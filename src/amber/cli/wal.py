@@ -31,7 +31,11 @@ def _dirs(directory: Path) -> tuple[Path, Path]:
     if not directory.is_dir():
         raise WalError("not a directory", directory=str(directory))
     wals = wal_dir(directory)
-    return (wals if wals.is_dir() else directory), checkpoint_dir(directory)
+    wals = wals if wals.is_dir() else directory
+    ckpts = checkpoint_dir(directory)
+    if not list_segments(wals) and not ckpts.is_dir():
+        raise WalError("no WAL segments or checkpoint files here", directory=str(directory))
+    return wals, ckpts
 
 
 @wal_app.command()

@@ -164,7 +164,25 @@ class Stack:
         if self.settings.durability != Durability.WAL:
             return None
         directory = self.settings.data_dir / "wal" / "l1" / self.keys.prefix
-        return L1Journal(directory, self.settings.wal_fsync)
+        return L1Journal(directory, self.settings.wal_fsync, self._sequence_floor)
+
+    def _sequence_floor(self, agent_id: str) -> int:
+        """The highest sequence Redis, the secondary or PostgreSQL has seen for an agent."""
+        seqs = [self.memory_without_journal(agent_id).sequence()]
+        meta = self.snapshotter.latest_meta(agent_id)
+        seqs.append(meta.seq if meta else 0)
+        with self.pg.connection() as conn:
+            row = conn.execute(
+                "SELECT max(l1_snapshot_seq) FROM agent_checkpoints"
+                " WHERE agent_id = %s AND l1_snapshot IS NOT NULL",
+                (agent_id,),
+            ).fetchone()
+        seqs.append(int(row[0]) if row and row[0] is not None else 0)
+        return max(seqs)
+
+    def memory_without_journal(self, agent_id: str) -> AgentMemory:
+        """An agent's working memory that does not log its writes (for reading)."""
+        return AgentMemory(self.redis, self.keys, agent_id, self.settings.active_ttl)
 
     @cached_property
     def snapshotter(self) -> L1CacheSnapshotter:

@@ -33,26 +33,38 @@ L1_OP = "l1"
 class L1Journal:
     """Per-agent write-ahead logs of working-memory writes, opened on first use."""
 
-    def __init__(self, directory: Path, fsync: str) -> None:
+    def __init__(self, directory: Path, fsync: str, floor: Callable[[str], int]) -> None:
         self.directory = directory
         self.fsync = fsync
+        self.floor = floor
+        """agent id → the highest sequence Redis or any snapshot has seen for it."""
         self._logs: dict[str, WriteAheadLog] = {}
         self._lock = threading.Lock()
 
     def log(self, agent_id: str) -> WriteAheadLog:
-        """The agent's log (opened, and locked for this process, on first use)."""
+        """The agent's log, opened (and locked for this process) on first use.
+
+        A log that lost its tail, or its directory, would hand out sequence numbers
+        Redis or a snapshot already saw; it is advanced past them first, so the
+        agent's sequence never runs backwards.
+        """
         agent_id = check_id(agent_id, "agent_id")
         with self._lock:
             if agent_id not in self._logs:
-                self._logs[agent_id] = WriteAheadLog(self.directory / agent_id, fsync=self.fsync)  # type: ignore[arg-type]
+                log = WriteAheadLog(self.directory / agent_id, fsync=self.fsync)  # type: ignore[arg-type]
+                log.advance_to(self.floor(agent_id))
+                self._logs[agent_id] = log
             return self._logs[agent_id]
 
     def journal(self, agent_id: str) -> Journal:
-        """The hook ``AgentMemory`` calls before each write: log it, return its sequence."""
-        log = self.log(agent_id)
+        """The hook ``AgentMemory`` calls before each write: log it, return its sequence.
+
+        The log opens at the first write, so reading an agent (from any process) never
+        needs it.
+        """
 
         def append(command: str, name: str, args: list[Any]) -> int:
-            return log.append(L1_OP, [command, name, args])
+            return self.log(agent_id).append(L1_OP, [command, name, args])
 
         return append
 

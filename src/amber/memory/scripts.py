@@ -155,3 +155,24 @@ end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
 return n
 """
+
+EXPIRE = (
+    """
+-- Give one L1 key its own TTL, marking its index entry ':own' so that its expiry is
+-- known to be intended (not the partial loss recovery must repair).
+-- KEYS[1] the L1 key, KEYS[2] index, KEYS[3] sequence
+-- ARGV[1] key name, ARGV[2] the key's TTL in ms, ARGV[3] TTL in ms for the sequence,
+-- ARGV[4] explicit sequence or ''
+local entry = redis.call('HGET', KEYS[2], ARGV[1])
+if not entry or redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
+  return {0, false}
+end
+"""
+    + _bump_sequence("KEYS[3]", "ARGV[4]", "tonumber(ARGV[3])")
+    + """
+local now = redis.call('TIME')
+local t = string.match(entry, '^[^:]*')
+redis.call('HSET', KEYS[2], ARGV[1], t .. ':' .. seq .. ':' .. now[1] .. now[2] .. ':own')
+return {1, seq}
+"""
+)

@@ -165,6 +165,7 @@ def read_memory(
         entries: dict[str, str] = {}
         reused: dict[str, tuple[Any, ...]] = {}
         missing: list[str] = []
+        expired: list[str] = []
         retyped: dict[str, str] = {}
         for i, name in enumerate(names):
             entry, actual = (x.decode() for x in replies[1 + 3 * i : 3 + 3 * i])
@@ -173,7 +174,9 @@ def read_memory(
                 reused[name] = known.canonical[name]
                 continue
             if actual == "none":
-                missing.append(name)
+                if not entry.endswith(":own"):  # an own TTL ran out: meant, not lost
+                    missing.append(name)
+                expired.append(name)
                 continue
             if not supported(actual):
                 raise UnsupportedType(
@@ -190,8 +193,8 @@ def read_memory(
             entries[name] = entry
         if retyped:  # another client changed a key's type: the index follows
             client.hset(index_key, mapping=cast(dict[Any, Any], retyped))
-        if missing:
-            client.hdel(index_key, *missing)
+        if expired:
+            client.hdel(index_key, *expired)
     return Snapshot(agent_id, memory, seq, tuple(missing), entries, reused)
 
 

@@ -9,6 +9,7 @@ with the keys it lists. Nothing here uses ``KEYS``.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -46,7 +47,9 @@ def redis_errors(agent_id: str, name: str | None = None) -> Iterator[None]:
                 agent_id=agent_id,
                 key=name,
             ) from None
-        raise
+        raise StoreUnavailable(
+            f"Redis refused an L1 command: {text}", agent_id=agent_id, key=name
+        ) from None
     except redis.DataError as exc:
         raise InvalidValue(
             f"value for key {name!r} cannot be stored: {exc}", agent_id=agent_id, key=name
@@ -81,6 +84,7 @@ class AgentMemory:
         self._seq = keys.l1_seq(agent_id)
         self._write_script = client.register_script(scripts.WRITE)
         self._delete_script = client.register_script(scripts.DELETE)
+        self._expire_script = client.register_script(scripts.EXPIRE)
 
     def key(self, name: str) -> str:
         """Full Redis key of ``name``."""
@@ -95,6 +99,18 @@ class AgentMemory:
                 agent_id=self.agent_id,
                 key=name,
             )
+        for arg in args:  # before anything is logged: a logged write must be replayable
+            if isinstance(arg, bool) or not isinstance(arg, bytes | str | int | float):
+                raise InvalidValue(
+                    f"value for key {name!r} must be bytes, str, int or float, "
+                    f"not {type(arg).__name__}",
+                    agent_id=self.agent_id,
+                    key=name,
+                )
+            if isinstance(arg, float) and math.isnan(arg):
+                raise InvalidValue(
+                    f"value for key {name!r} is NaN", agent_id=self.agent_id, key=name
+                )
         seq = self.journal(command, name, list(args)) if self.journal else None
         return self._apply(command, name, list(args), seq)
 
@@ -129,6 +145,8 @@ class AgentMemory:
         """
         if command == "DEL":
             self._delete([name, *args], seq)
+        elif command == "EXPIRE":
+            self._expire(name, int(args[0]), seq)
         elif command in COMMAND_TYPES:
             with contextlib.suppress(WrongType):
                 self._apply(command, name, args, seq)
@@ -203,9 +221,24 @@ class AgentMemory:
         return self.delete(*self.keys_list())
 
     def expire(self, name: str, seconds: int) -> bool:
-        """Set a key's TTL in seconds."""
+        """Give a key its own TTL in seconds (0 or less deletes it); False if it is missing.
+
+        Its expiry is then intended: recovery does not take it for lost memory. The
+        next write to the key gives it the active TTL again, and a restore too.
+        """
+        if seconds <= 0:
+            return self.delete(name) == 1
+        self.key(name)
+        seq = self.journal("EXPIRE", name, [seconds * 1000]) if self.journal else None
+        return self._expire(name, seconds * 1000, seq)
+
+    def _expire(self, name: str, ttl_ms: int, seq: int | None) -> bool:
         with redis_errors(self.agent_id, name):
-            return bool(self.redis.expire(self.key(name), seconds))
+            done, _ = self._expire_script(
+                keys=[self.key(name), self._index, self._seq],
+                args=[name, ttl_ms, self.ttl_ms, "" if seq is None else seq],
+            )
+        return bool(done)
 
     # -- reads --------------------------------------------------------------------------
     def _read(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -112,6 +112,14 @@ class PauseManager:
             if st.analyses.get(aid).status == "paused":  # another process won the race
                 return PauseReport(aid, self._open_pause_reason(aid) or reason, None, True)
             raise
+        try:
+            return self._pause_agents(aid, reason, by)
+        except BaseException:
+            st.analyses.transition(aid, "running", ("paused",))  # not paused after all
+            raise
+
+    def _pause_agents(self, aid: str, reason: str, by: str) -> PauseReport:
+        st = self.stack
         states = []
         paused_ttl = st.settings.paused_ttl
         for agent in self.coordinator.build_agents(aid):
@@ -169,8 +177,24 @@ class PauseManager:
                     f"analysis {aid} is already running (resumed elsewhere, or never paused)",
                 )
             raise
+        try:
+            recovery = self._recover_agents(aid, record.agents, by)
+        except BaseException:
+            st.analyses.transition(aid, "paused", ("running",))  # still paused: retry later
+            raise
+        report = ResumeReport(aid, True, f"resumed analysis {aid}", recovery)
+        if run:
+            self.last_pause = None
+            report.results = self.coordinator.run(aid)
+            report.paused_again = self.last_pause
+        return report
+
+    def _recover_agents(
+        self, aid: str, agents: list[dict[str, Any]], by: str
+    ) -> dict[str, RecoveryReport]:
+        st = self.stack
         recovery = {}
-        for entry in record.agents:
+        for entry in agents:
             rep = st.recovery.recover_agent_state(entry["agent_id"], aid, entry["agent_type"])
             st.checkpointer.extend_backup_ttl(
                 aid, entry["agent_type"], st.settings.checkpoint_backup_ttl
@@ -182,12 +206,7 @@ class PauseManager:
                 " resume_report = %s WHERE analysis_id = %s AND resumed_at IS NULL",
                 (by, Jsonb({t: asdict(r) for t, r in recovery.items()}), aid),
             )
-        report = ResumeReport(aid, True, f"resumed analysis {aid}", recovery)
-        if run:
-            self.last_pause = None
-            report.results = self.coordinator.run(aid)
-            report.paused_again = self.last_pause
-        return report
+        return recovery
 
     def pauses(self, analysis_id: object) -> list[dict[str, Any]]:
         """Every pause record of an analysis, oldest first."""

@@ -42,12 +42,17 @@ TaskId = Annotated[str, _id("task id")]
 ReviewId = Annotated[str, _id("review_id")]
 
 
+MAX_VERSION = 2**53 - 2
+"""Highest session version: the save script compares versions as Lua numbers (doubles),
+exact only below 2**53, and stores version + 1."""
+
+
 class Session(BaseModel):
     """An agent session (the seed's GlobalState): its goal, status, planned tasks and version."""
 
     model_config = _STRICT
 
-    version: int = Field(0, ge=0)
+    version: int = Field(0, ge=0, le=MAX_VERSION)
     """The version this copy was read at; ``save_session`` stores ``version + 1``.
 
     Declared first, so the stored JSON starts with ``{"version":N,`` and the save

@@ -84,6 +84,11 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX idx_pauses_analysis ON analysis_pauses (analysis_id, id DESC);
     """,
+    # 3: an agent's newest snapshot sequence, found by agent id (the wal mode's floor)
+    """
+    CREATE INDEX idx_checkpoint_agent_seq ON agent_checkpoints (agent_id, l1_snapshot_seq DESC)
+        WHERE l1_snapshot IS NOT NULL;
+    """,
 ]
 
 

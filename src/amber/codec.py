@@ -242,13 +242,13 @@ def memory_from_document(doc: object) -> dict[str, Entry]:
 
 
 def decode_document(raw: bytes | str) -> dict[str, Any]:
-    """Parse snapshot JSON into its document, without decoding the values."""
+    """Parse stored JSON into its document (an object), without decoding the values."""
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise CodecError(f"snapshot is not valid JSON: {exc}") from None
+        raise CodecError(f"document is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise CodecError("snapshot is not a JSON object")
+        raise CodecError("document is not a JSON object")
     return doc
 
 

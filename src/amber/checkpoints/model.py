@@ -87,12 +87,9 @@ def decode_doc(raw: bytes, expected_sha256: str | None = None) -> dict[str, Any]
     if expected_sha256 is not None and codec.sha256_hex(raw) != expected_sha256:
         raise CheckpointCorrupt("checkpoint checksum does not match")
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise CheckpointCorrupt(f"checkpoint is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise CheckpointCorrupt("checkpoint document is not an object")
-    return doc
+        return codec.decode_document(raw)
+    except codec.CodecError as exc:
+        raise CheckpointCorrupt(f"checkpoint {exc}") from None
 
 
 def seal(digest: str, packed: bytes) -> bytes:

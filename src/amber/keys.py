@@ -105,11 +105,7 @@ class Keys:
         aid = check_uuid(analysis_id)
         return f"{self.prefix}:checkpoint:{{{aid}}}:{check_id(agent_type, 'agent_type')}"
 
-    # -- coordination -----------------------------------------------------------------
-    def lock(self, name: str) -> str:
-        """A short-lived lock key."""
-        return f"{self.prefix}:lock:{check_id(name, 'lock name')}"
-
+    # -- maintenance --------------------------------------------------------------------
     def all_keys_pattern(self) -> str:
         """SCAN pattern matching every key under this prefix (repair and cleanup only)."""
         return f"{self.prefix}:*"

@@ -26,11 +26,13 @@ def list_analyses(
         records = stack.analyses.list(status, limit)
         table = Table("analysis", "ticker", "status", "agents", "updated")
         for rec in records:
+            latest: dict[str, dict[str, object]] = {}
+            for row in stack.checkpointer.summaries(rec.analysis_id, limit=1000):
+                latest.setdefault(str(row["agent_type"]), row)  # newest first
             progress = []
             for entry in rec.agents:
-                rows = stack.checkpointer.summaries(rec.analysis_id, limit=1000)
-                mine = [r for r in rows if r["agent_type"] == entry["agent_type"]]
-                done = f"{mine[0]['done']} of {mine[0]['total']}" if mine else "not started"
+                mine = latest.get(entry["agent_type"])
+                done = f"{mine['done']} of {mine['total']}" if mine else "not started"
                 progress.append(f"{entry['agent_type']}: {done}")
             table.add_row(
                 rec.analysis_id,

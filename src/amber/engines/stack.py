@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -37,8 +36,6 @@ from amber.schema.migrations import migrate, schema_version
 if TYPE_CHECKING:
     from amber.agents.coordinator import LeadCoordinator
     from amber.pause import PauseManager
-
-log = logging.getLogger("amber")
 
 
 def redact(url: str) -> str:
@@ -147,16 +144,11 @@ class Stack:
     # -- L1 working memory (DD-016) --------------------------------------------------
     def memory(self, agent_id: str) -> AgentMemory:
         """The working memory of one agent."""
-        return AgentMemory(
-            self.redis,
-            self.keys,
-            agent_id,
-            self.settings.active_ttl,
-            journal=self._journal(agent_id),
-        )
+        journal = self.l1_journal.journal(agent_id) if self.l1_journal else None
+        return self._memory(agent_id, journal)
 
-    def _journal(self, agent_id: str) -> Journal | None:
-        return self.l1_journal.journal(agent_id) if self.l1_journal else None
+    def _memory(self, agent_id: str, journal: Journal | None) -> AgentMemory:
+        return AgentMemory(self.redis, self.keys, agent_id, self.settings.active_ttl, journal)
 
     @cached_property
     def l1_journal(self) -> L1Journal | None:
@@ -168,7 +160,7 @@ class Stack:
 
     def _sequence_floor(self, agent_id: str) -> int:
         """The highest sequence Redis, the secondary or PostgreSQL has seen for an agent."""
-        seqs = [self.memory_without_journal(agent_id).sequence()]
+        seqs = [self._memory(agent_id, None).sequence()]
         meta = self.snapshotter.latest_meta(agent_id)
         seqs.append(meta.seq if meta else 0)
         with self.pg.connection() as conn:
@@ -179,10 +171,6 @@ class Stack:
             ).fetchone()
         seqs.append(int(row[0]) if row and row[0] is not None else 0)
         return max(seqs)
-
-    def memory_without_journal(self, agent_id: str) -> AgentMemory:
-        """An agent's working memory that does not log its writes (for reading)."""
-        return AgentMemory(self.redis, self.keys, agent_id, self.settings.active_ttl)
 
     @cached_property
     def snapshotter(self) -> L1CacheSnapshotter:
@@ -247,11 +235,6 @@ class Stack:
         from amber.pause import PauseManager
 
         return PauseManager(self)
-
-    @property
-    def data_dir(self) -> Path:
-        """Where local files (embedded servers, WAL) live."""
-        return self.settings.data_dir
 
     def schema_version(self) -> int:
         """The database's applied migration version."""

@@ -31,8 +31,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import amber
 from amber.agents.base import BaseAgent
+from amber.engines.connect import redact
 from amber.engines.embedded import ensure_embedded, stop_embedded
-from amber.engines.stack import Stack, redact
+from amber.engines.stack import Stack
 from amber.memory.working import AgentMemory
 
 SEED = 20_261_122

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 import amber
 from amber import StoreUnavailable
 from amber.cli import app
+from amber.engines.connect import redact
 from amber.engines.embedded import _alive, embedded_state, ensure_embedded, stop_embedded
-from amber.engines.stack import redact
 
 from .conftest import Engines
 

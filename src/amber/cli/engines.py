@@ -8,8 +8,8 @@ from rich.table import Table
 
 from amber.cli.app import OPTIONS, app, console, friendly
 from amber.config import load_settings
+from amber.engines.connect import redact
 from amber.engines.embedded import embedded_state, stop_embedded
-from amber.engines.stack import redact
 
 
 def _data_dir() -> Path:

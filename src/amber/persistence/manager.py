@@ -22,8 +22,8 @@ from redis.commands.core import AsyncScript
 
 from amber import defaults
 from amber.config import load_settings
+from amber.engines.connect import redact
 from amber.engines.embedded import ensure_embedded
-from amber.engines.stack import redact
 from amber.errors import (
     AmberError,
     RedisConnectionError,

@@ -49,14 +49,14 @@ FLAT_GOAL = 1.25
 """Restore with 10,000 earlier checkpoints at most this many times the one with none."""
 
 COPY_CHECKPOINTS = """
-INSERT INTO agent_checkpoints (checkpoint_id, stock_ticker, agent_type, agent_id, analysis_id,
-    checkpoint_time, progress_pct, current_subtask, completed_subtasks, pending_subtasks,
-    failure_reason, retry_count, agent_version, state, state_sha256,
-    l1_snapshot, l1_snapshot_hash, l1_snapshot_seq)
-SELECT gen_random_uuid(), stock_ticker, agent_type, agent_id, analysis_id,
+INSERT INTO agent_checkpoints (checkpoint_id, seq, stock_ticker, agent_type, agent_id,
+    analysis_id, checkpoint_time, progress_pct, current_subtask, completed_subtasks,
+    pending_subtasks, failure_reason, retry_count, agent_version, state, state_sha256, state_size,
+    l1_snapshot, l1_snapshot_hash, l1_snapshot_seq, l1_snapshot_size)
+SELECT gen_random_uuid(), seq - g, stock_ticker, agent_type, agent_id, analysis_id,
     checkpoint_time - make_interval(secs => g), progress_pct, current_subtask, completed_subtasks,
-    pending_subtasks, failure_reason, retry_count, agent_version, state, state_sha256,
-    l1_snapshot, l1_snapshot_hash, l1_snapshot_seq
+    pending_subtasks, failure_reason, retry_count, agent_version, state, state_sha256, state_size,
+    l1_snapshot, l1_snapshot_hash, l1_snapshot_seq, l1_snapshot_size
 FROM agent_checkpoints, generate_series(1, %s) AS g WHERE checkpoint_id = %s
 """
 
@@ -209,13 +209,13 @@ def bench_restore(eng: Engines, saver: Any, n: int, history: int, rows: list[Row
     hist = f"{history:,} earlier"
 
     def restore(agent: BenchAgent, source: str) -> Any:
-        r = cp.restore_checkpoint(agent.analysis_id, agent.agent_type)
+        r = cp.restore_checkpoint(agent.analysis_id, agent.agent_type, agent_id=agent.agent_id)
         assert r.source == source, r
         assert r.checkpoint.interim_results["gather"]["values"] == 100
         return r
 
     def raw_get(agent: BenchAgent) -> bytes:
-        blob = stack.redis.get(stack.keys.checkpoint(agent.analysis_id, agent.agent_type))
+        blob = stack.redis.get(stack.keys.checkpoint(agent.agent_id))
         assert blob
         return bytes(blob)
 
@@ -237,8 +237,7 @@ def bench_restore(eng: Engines, saver: Any, n: int, history: int, rows: list[Row
         "raw_get": lambda i: raw_get(one),
         **lg_ops,
     }, n, warmup=20, budget_s=25.0)  # fmt: skip
-    for agent in (one, three, many):
-        cp.delete_backups(agent.analysis_id, [agent.agent_type])
+    stack.redis.delete(*(stack.keys.checkpoint(a.agent_id) for a in (one, three, many)))
     pg_out = series({
         "one": lambda i: restore(one, "postgresql"),
         "many": lambda i: restore(many, "postgresql"),

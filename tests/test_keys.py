@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from amber import AmberError, InvalidIdentifier
@@ -30,8 +28,8 @@ def test_l1_key_names_may_contain_colons() -> None:
 
 
 def test_checkpoint_key() -> None:
-    assert K.checkpoint(AID, "strategy_analyst") == f"amber:checkpoint:{{{AID}}}:strategy_analyst"
-    assert K.checkpoint(uuid.UUID(AID), "x") == f"amber:checkpoint:{{{AID}}}:x"
+    assert K.checkpoint("strategy_analyst_1a2b") == "amber:checkpoint:{strategy_analyst_1a2b}"
+    assert K.l1_epoch("agent-7") == "amber:L1:{agent-7}:epoch"
 
 
 def test_prefix_isolates() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,13 +38,25 @@ def test_postgres_outage_then_return(own: tuple[EmbeddedRedis, EmbeddedPostgres]
             stack.checkpointer.save_checkpoint(agent, "two")
         with pytest.raises(StoreUnavailable):
             stack.analyses.list()
-        # the Redis backup still serves the acknowledged checkpoint meanwhile
-        assert (
-            stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent").checkpoint
-            == saved
-        )
+        # PostgreSQL is the authority: without it no Redis copy can be proved current
+        with pytest.raises(StoreUnavailable):
+            stack.checkpointer.restore_checkpoint(
+                agent.analysis_id, "probe_agent", agent_id=agent.agent_id
+            )
         pg_server.ensure()
-        assert stack.checkpointer.get(saved.checkpoint_id) == saved
+        deadline = time.monotonic() + 30  # the pool reconnects with backoff
+        while True:
+            try:
+                assert stack.checkpointer.get(saved.checkpoint_id) == saved
+                break
+            except StoreUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        restored = stack.checkpointer.restore_checkpoint(
+            agent.analysis_id, "probe_agent", agent_id=agent.agent_id
+        )
+        assert restored.checkpoint == saved and restored.source == "redis_backup"
 
 
 def test_redis_outage_is_clear(
@@ -75,6 +88,8 @@ def test_redis_refusing_the_backup_never_leaves_an_older_one_trusted(
                 stack.checkpointer.save_checkpoint(agent, "two")
         finally:
             stack.redis.config_set("maxmemory", 0)
-        restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent")
-        assert restored.source == "postgresql"  # the older backup went
+        restored = stack.checkpointer.restore_checkpoint(
+            agent.analysis_id, "probe_agent", agent_id=agent.agent_id
+        )
+        assert restored.source == "postgresql"  # the older backup is not the newest row
         assert restored.checkpoint.completed_subtasks == ["one", "two"]

@@ -269,21 +269,90 @@ it 0.70x (bench/bench_checkpoint.py, "storing the 100-key snapshot")."""
 
 
 def pack(data: bytes) -> bytes:
-    """zstd-compress canonical JSON for storage."""
+    """zstd-compress canonical JSON for storage; the frame records its decompressed size."""
     return zstandard.compress(data, PACK_LEVEL)
 
 
-def unpack(blob: bytes) -> bytes:
-    """Inverse of :func:`pack`; raises ``CodecError`` on a damaged frame."""
+def unpack(blob: bytes, size: int | None = None) -> bytes:
+    """Inverse of :func:`pack`, bounded: never more than ``size`` bytes come out.
+
+    ``size`` is the decompressed size recorded when the blob was written (None: only
+    ``MAX_UNPACKED`` bounds it). A frame that claims another size, or would expand past
+    the bound (a decompression bomb), is a ``CodecError``, before any memory is spent.
+    """
+    limit = MAX_UNPACKED if size is None else size
     try:
-        return zstandard.decompress(blob)
+        claimed = zstandard.frame_content_size(blob)
     except zstandard.ZstdError as exc:
         raise CodecError(f"stored blob is not a valid zstd frame: {exc}") from None
+    if claimed < 0 or claimed > limit or (size is not None and claimed != size):
+        raise CodecError(
+            f"stored blob claims {claimed} bytes decompressed; {limit} were recorded or allowed"
+        )
+    try:
+        out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=limit)
+    except zstandard.ZstdError as exc:
+        raise CodecError(f"stored blob is not a valid zstd frame: {exc}") from None
+    if len(out) != claimed:
+        raise CodecError(f"stored blob decompressed to {len(out)} bytes, not {claimed}")
+    return out
 
 
-def unpack_memory(blob: bytes) -> dict[str, Entry]:
+MAX_UNPACKED = 512 * 1024 * 1024
+"""Most bytes a stored blob may decompress to when no size was recorded (Redis' own
+limit on one value)."""
+
+
+def unpack_memory(blob: bytes, size: int | None = None) -> dict[str, Entry]:
     """A memory as stored in the Redis secondary and PostgreSQL (zstd canonical JSON)."""
-    return decode_memory(unpack(blob))
+    return decode_memory(unpack(blob, size))
+
+
+# -- sealed values: what amber keeps in Redis ------------------------------------------
+SEAL_MAGIC = b"AMB1"
+_SEQ_DIGITS = 20
+_SIZE_DIGITS = 12
+SEAL_HEADER = len(SEAL_MAGIC) + _SEQ_DIGITS + _SIZE_DIGITS + 64
+"""Bytes before the body: magic, sequence and size in fixed-width decimal (so a Lua
+script compares sequences as strings), and the SHA-256 hex of everything else."""
+
+
+def seal_seq(seq: int) -> bytes:
+    """A sequence as it stands in a sealed header (fixed width, so ordered as text)."""
+    if not 0 <= seq < 10**_SEQ_DIGITS:
+        raise CodecError(f"sequence {seq} is out of range")
+    return b"%020d" % seq
+
+
+def seal(seq: int, raw: bytes) -> bytes:
+    """``raw`` compressed, behind a header naming its sequence and size, all checksummed.
+
+    The checksum covers the header's sequence and size as well as the body, so a
+    flipped bit anywhere is found by :func:`unseal` before anything is decompressed.
+    """
+    body = pack(raw)
+    fields = seal_seq(seq) + b"%012d" % len(raw)
+    return SEAL_MAGIC + fields + hashlib.sha256(fields + body).hexdigest().encode() + body
+
+
+def sealed_seq(blob: bytes) -> int:
+    """The sequence named by a sealed value's header (not verified: see :func:`unseal`)."""
+    return int(blob[len(SEAL_MAGIC) : len(SEAL_MAGIC) + _SEQ_DIGITS])
+
+
+def unseal(blob: bytes) -> tuple[int, bytes]:
+    """Inverse of :func:`seal`: (sequence, raw). Raises ``CodecError`` if anything is off."""
+    if len(blob) < SEAL_HEADER or blob[: len(SEAL_MAGIC)] != SEAL_MAGIC:
+        raise CodecError("sealed value has no amber header (truncated or foreign)")
+    fields = blob[len(SEAL_MAGIC) : len(SEAL_MAGIC) + _SEQ_DIGITS + _SIZE_DIGITS]
+    digest = blob[len(SEAL_MAGIC) + len(fields) : SEAL_HEADER]
+    body = blob[SEAL_HEADER:]
+    if hashlib.sha256(fields + body).hexdigest().encode() != digest:
+        raise CodecError("sealed value does not match its checksum (corrupted)")
+    if not fields.isdigit():
+        raise CodecError("sealed value has a malformed header")
+    seq, size = int(fields[:_SEQ_DIGITS]), int(fields[_SEQ_DIGITS:])
+    return seq, unpack(body, size)
 
 
 def sha256_hex(data: bytes) -> str:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from amber.agents import ANALYSTS, LeadCoordinator, MarketDataClient
+from amber.agents import ANALYSTS, MarketDataClient
 from amber.errors import AmberError
 from amber.pause import PauseManager, PauseReport, ResumeReport
 
@@ -37,7 +37,8 @@ def expire_l1(stack: Stack, agent_ids: list[str]) -> int:
     doomed = []
     for agent_id in agent_ids:
         mem = stack.memory(agent_id)
-        doomed += [mem.key(n) for n in mem.keys_list()] + [k.l1_index(agent_id), k.l1_seq(agent_id)]
+        doomed += [mem.key(n) for n in mem.keys_list()]
+        doomed += [k.l1_index(agent_id), k.l1_seq(agent_id), k.l1_epoch(agent_id)]
     return int(stack.redis.delete(*doomed)) if doomed else 0
 
 
@@ -52,8 +53,8 @@ def run_demo(
     """Run the scenario and return its report (see the module docstring)."""
     t0 = time.perf_counter()
     market = MarketDataClient(quotas={"koyfin": KOYFIN_FIRST})
-    coordinator = LeadCoordinator(stack, market)
-    pauses = PauseManager(stack, coordinator)
+    coordinator = stack.coordinator.using(market)
+    pauses = PauseManager(stack.analyses, coordinator)
     aid = coordinator.start_analysis("AAPL", ANALYSTS)
     agents = [a["agent_id"] for a in stack.analyses.get(aid).agents]
     say(f"analysis {aid}: AAPL with {len(ANALYSTS)} analysts")
@@ -63,7 +64,7 @@ def run_demo(
     per_run[0] = market.calls_made
     timeline: list[dict[str, Any]] = []
     resumes: list[dict[str, Any]] = []
-    first = _expect_pause(pauses.last_pause, "first")
+    first = _expect_pause(pauses.current_pause(aid), "first")
     timeline.append({"event": "paused", "reason": first.reason, "calls_so_far": market.calls_made})
     say(f"day 5, 14:47 - paused: {first.reason} ({market.calls_made} calls made)")
 

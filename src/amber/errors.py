@@ -71,6 +71,16 @@ class ConsistencyError(AmberError):
     """Restored working memory does not match its snapshot (hash or key count)."""
 
 
+class MemoryLost(ConsistencyError):
+    """An agent's working memory was lost or replaced in Redis since it was recovered
+    (a restart, a flush, an expiry): recover it before reading, writing or snapshotting."""
+
+
+class CheckpointConflict(AmberError):
+    """A newer checkpoint of this agent exists: the writer continued from an older one
+    and must not replace it (carries ``analysis_id``, ``agent_type``, ``seq``)."""
+
+
 class UnsupportedType(AmberError, TypeError):
     """A Redis key holds a type amber cannot snapshot (e.g. a stream); names the key."""
 
@@ -93,6 +103,10 @@ class AnalysisNotFound(NotFound):
 
 class AnalysisStateError(AmberError):
     """The analysis is in a state that does not allow this operation."""
+
+
+class AnalysisBusy(AnalysisStateError):
+    """Another live process is running (or pausing) this analysis right now."""
 
 
 class WalError(AmberError):

@@ -91,6 +91,10 @@ class Keys:
         """Counter bumped by every L1 mutation of the agent."""
         return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:seq"
 
+    def l1_epoch(self, agent_id: str) -> str:
+        """Which incarnation of the agent's memory Redis holds (see ``memory/scripts.py``)."""
+        return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:epoch"
+
     def l1_snapshot(self, agent_id: str) -> str:
         """Latest snapshot of the agent's L1 (Redis secondary)."""
         return f"{self.prefix}:l1_snapshot:{{{check_id(agent_id, 'agent_id')}}}"
@@ -100,10 +104,9 @@ class Keys:
         return f"{self.prefix}:l1_snapshot_meta:{{{check_id(agent_id, 'agent_id')}}}"
 
     # -- checkpoints (DD-011) -------------------------------------------------------
-    def checkpoint(self, analysis_id: object, agent_type: str) -> str:
-        """Redis backup of an agent's latest checkpoint."""
-        aid = check_uuid(analysis_id)
-        return f"{self.prefix}:checkpoint:{{{aid}}}:{check_id(agent_type, 'agent_type')}"
+    def checkpoint(self, agent_id: str) -> str:
+        """Redis backup of an agent's latest checkpoint, in the agent's slot."""
+        return f"{self.prefix}:checkpoint:{{{check_id(agent_id, 'agent_id')}}}"
 
     # -- maintenance --------------------------------------------------------------------
     def all_keys_pattern(self) -> str:

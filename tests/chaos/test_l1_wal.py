@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 import amber
-from amber.agents import LeadCoordinator
 from amber.engines.embedded import EmbeddedRedis
 from amber.memory import read_memory
 
@@ -185,7 +184,7 @@ def test_coordinator_in_wal_mode(
     engines: Engines, redis_server: EmbeddedRedis, tmp_path: Path
 ) -> None:
     with _stack(engines, redis_server, tmp_path / "d") as stack:
-        co = LeadCoordinator(stack)
+        co = stack.coordinator.using()
         aid = co.start_analysis("AAPL", amber.ANALYSTS)
         results = co.run(aid)
         assert all(r.status == "completed" for r in results.values())

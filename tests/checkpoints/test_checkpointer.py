@@ -48,7 +48,9 @@ def agent(stack: amber.Stack, uid: Callable[[str], str]) -> Probe:
 
 def test_save_restore_round_trips_every_field(stack: amber.Stack, agent: Probe) -> None:
     saved = stack.checkpointer.save_checkpoint(agent, "one")
-    restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+    restored = stack.checkpointer.restore_checkpoint(
+        agent.analysis_id, agent.agent_type, agent_id=agent.agent_id
+    )
     assert restored.source == "redis_backup" and restored.ms >= 0
     assert restored.checkpoint == saved
     cp = restored.checkpoint
@@ -63,8 +65,10 @@ def test_save_restore_round_trips_every_field(stack: amber.Stack, agent: Probe) 
 
 def test_pg_fallback_when_backup_missing(stack: amber.Stack, agent: Probe) -> None:
     saved = stack.checkpointer.save_checkpoint(agent, "one")
-    stack.redis.delete(stack.keys.checkpoint(agent.analysis_id, agent.agent_type))
-    restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+    stack.redis.delete(stack.keys.checkpoint(agent.agent_id))
+    restored = stack.checkpointer.restore_checkpoint(
+        agent.analysis_id, agent.agent_type, agent_id=agent.agent_id
+    )
     assert restored.source == "postgresql" and restored.checkpoint == saved
     assert restored.skipped == ["redis_backup: missing"]
 
@@ -74,7 +78,7 @@ def test_corrupt_backup_is_reported_and_skipped(
     stack: amber.Stack, agent: Probe, damage: str
 ) -> None:
     saved = stack.checkpointer.save_checkpoint(agent, "one")
-    key = stack.keys.checkpoint(agent.analysis_id, agent.agent_type)
+    key = stack.keys.checkpoint(agent.agent_id)
     blob = bytearray(stack.redis.get(key))  # type: ignore[arg-type]
     if damage == "flip":
         blob[-10] ^= 0x01
@@ -85,7 +89,9 @@ def test_corrupt_backup_is_reported_and_skipped(
     else:
         blob[0:1] = b"0" if blob[0:1] != b"0" else b"1"
     stack.redis.set(key, bytes(blob))
-    restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+    restored = stack.checkpointer.restore_checkpoint(
+        agent.analysis_id, agent.agent_type, agent_id=agent.agent_id
+    )
     assert restored.source == "postgresql" and restored.checkpoint == saved
     assert restored.skipped and restored.skipped[0].startswith("redis_backup:")
 
@@ -94,13 +100,15 @@ def test_corrupt_pg_row_falls_back_to_the_previous_one(stack: amber.Stack, agent
     first = stack.checkpointer.save_checkpoint(agent, "one")
     agent.complete("two", agent.run_subtask("two"))
     second = stack.checkpointer.save_checkpoint(agent, "two")
-    stack.redis.delete(stack.keys.checkpoint(agent.analysis_id, agent.agent_type))
+    stack.redis.delete(stack.keys.checkpoint(agent.agent_id))
     with stack.pg.connection() as conn:
         conn.execute(
             "UPDATE agent_checkpoints SET state = %s WHERE checkpoint_id = %s",
             (codec.pack(b'{"tampered": true}'), second.checkpoint_id),
         )
-    restored = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+    restored = stack.checkpointer.restore_checkpoint(
+        agent.analysis_id, agent.agent_type, agent_id=agent.agent_id
+    )
     assert restored.checkpoint == first
     assert any(second.checkpoint_id in s for s in restored.skipped)
     with stack.pg.connection() as conn:
@@ -109,7 +117,9 @@ def test_corrupt_pg_row_falls_back_to_the_previous_one(stack: amber.Stack, agent
             (b"junk", agent.analysis_id),
         )
     with pytest.raises(CheckpointCorrupt):
-        stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type)
+        stack.checkpointer.restore_checkpoint(
+            agent.analysis_id, agent.agent_type, agent_id=agent.agent_id
+        )
 
 
 def test_nothing_saved_is_not_found(stack: amber.Stack) -> None:
@@ -123,7 +133,9 @@ def test_failure_checkpoint_records_reason_details_retries(
     stack.checkpointer.save_checkpoint(
         agent, None, failure_reason="quota_exhausted", error_details={"provider": "koyfin"}
     )
-    cp = stack.checkpointer.restore_checkpoint(agent.analysis_id, agent.agent_type).checkpoint
+    cp = stack.checkpointer.restore_checkpoint(
+        agent.analysis_id, agent.agent_type, agent_id=agent.agent_id
+    ).checkpoint
     assert cp.failure_reason == "quota_exhausted" and cp.error_details == {"provider": "koyfin"}
     assert cp.retry_count == 2
     rows = stack.checkpointer.summaries(agent.analysis_id)

@@ -9,7 +9,8 @@ import pytest
 
 import amber
 from amber import ANALYSTS, AnalysisStateError, MarketDataClient
-from amber.agents import BaseAgent, LeadCoordinator
+from amber.agents import BaseAgent
+from amber.pause import PauseManager
 
 RUNS: Counter[str] = Counter()
 
@@ -34,7 +35,7 @@ def test_failure_in_subtask_3_then_restore_runs_1_and_2_zero_more_times(
 ) -> None:
     RUNS.clear()
     Flaky.broken = True
-    co = LeadCoordinator(stack)
+    co = stack.coordinator.using()
     aid = co.start_analysis("AAPL", [Flaky])
     result = co.run(aid)["flaky_agent"]
     retries = stack.settings.max_retries
@@ -48,7 +49,7 @@ def test_failure_in_subtask_3_then_restore_runs_1_and_2_zero_more_times(
     # fixed; the analysis is retried by a fresh coordinator (a new process, say)
     Flaky.broken = False
     stack.analyses.transition(aid, "running", ("failed",))
-    fresh = LeadCoordinator(stack)
+    fresh = stack.coordinator.using()
     result = fresh.run(aid)["flaky_agent"]
     assert result.status == "completed"
     assert RUNS["one"] == 1 and RUNS["two"] == 1  # zero more times
@@ -58,15 +59,20 @@ def test_failure_in_subtask_3_then_restore_runs_1_and_2_zero_more_times(
     assert stack.checkpointer.summaries(aid) == []  # purged on success
 
 
-def test_quota_error_stops_the_agent_with_a_failure_checkpoint(stack: amber.Stack) -> None:
+def test_quota_error_always_pauses_with_its_reason(stack: amber.Stack) -> None:
+    # no pause manager was touched: the runner itself pauses on a quota
     market = MarketDataClient(quotas={"koyfin": 13})  # 10 for historical_roi, 3 for ma_review
-    co = LeadCoordinator(stack, market)
+    co = stack.coordinator.using(market)
     aid = co.start_analysis("AAPL", ANALYSTS)
     results = co.run(aid)
     assert results["financial_analyst"].status == "completed"
     strategy = results["strategy_analyst"]
     assert strategy.status == "quota_exhausted" and strategy.progress == "1 of 4 subtasks"
-    assert "valuation_agent" in results  # others keep going when nobody pauses
+    assert "valuation_agent" not in results
+    assert stack.analyses.get(aid).status == "paused"
+    pause = stack.analyses.open_pause(aid)
+    assert pause is not None and pause["reason"] == "quota_exhausted"
+    assert pause["paused_by"] == "strategy_analyst" and pause["frozen_at"] is not None
     cp = stack.checkpointer.restore_checkpoint(aid, "strategy_analyst").checkpoint
     assert cp.failure_reason == "quota_exhausted"
     details = cp.error_details or {}
@@ -74,14 +80,13 @@ def test_quota_error_stops_the_agent_with_a_failure_checkpoint(stack: amber.Stac
     assert details["provider"] == "koyfin" and "quota of 13 calls" in details["message"]
     # quota lifted: continue; the 3 acquisition years already fetched are not fetched again
     market.set_quota("koyfin", None)
-    stack.analyses.transition(aid, "running", ("running",))
-    results = co.run(aid)
+    results = PauseManager(stack.analyses, co).resume(aid).results
     assert all(r.status == "completed" for r in results.values())
     assert market.duplicate_calls == 0 and co.reexecuted == 0
 
 
 def test_analysts_produce_their_deliverables(stack: amber.Stack) -> None:
-    co = LeadCoordinator(stack)
+    co = stack.coordinator.using()
     aid = co.start_analysis("AAPL", ANALYSTS)
     results = co.run(aid)
     assert [r.progress for r in results.values()] == [
@@ -101,7 +106,7 @@ def test_analysts_produce_their_deliverables(stack: amber.Stack) -> None:
 
 
 def test_running_a_finished_analysis_is_refused(stack: amber.Stack) -> None:
-    co = LeadCoordinator(stack)
+    co = stack.coordinator.using()
     aid = co.start_analysis("AAPL", [Flaky])
     Flaky.broken = False
     co.run(aid)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import amber
-from amber.agents import BaseAgent, LeadCoordinator
+from amber.agents import BaseAgent
 from amber.checkpoints.model import now
 from amber.cli import app
 
@@ -26,7 +26,7 @@ class Two(BaseAgent):
 
 
 def _analysis(stack: amber.Stack, fail: bool) -> str:
-    co = LeadCoordinator(stack)
+    co = stack.coordinator.using()
     aid = co.start_analysis("AAPL", [Two], config={"fail": fail})
     co.run(aid)
     return aid
@@ -52,7 +52,8 @@ def test_success_deletes_checkpoints_and_backups(stack: amber.Stack) -> None:
     aid = _analysis(stack, fail=False)
     assert stack.analyses.get(aid).status == "completed"
     assert _count(stack, aid) == 0
-    assert stack.redis.exists(stack.keys.checkpoint(aid, "two_step_agent")) == 0
+    agent_id = stack.analyses.get(aid).agents[0]["agent_id"]
+    assert stack.redis.exists(stack.keys.checkpoint(agent_id)) == 0
 
 
 def test_failed_kept_30_days_then_deleted_unless_preserved(stack: amber.Stack) -> None:

@@ -41,9 +41,10 @@ def insert_checkpoint(stack: amber.Stack, analysis_id: str, agent_type: str, age
     cid = str(uuid.uuid4())
     with stack.pg.connection() as conn:
         conn.execute(
-            "INSERT INTO agent_checkpoints (checkpoint_id, stock_ticker, agent_type, agent_id,"
+            "INSERT INTO agent_checkpoints (checkpoint_id, seq, stock_ticker, agent_type, agent_id,"
             " analysis_id, checkpoint_time, agent_version, state, state_sha256)"
-            " VALUES (%s, 'AAPL', %s, %s, %s, %s, '1.0', '', '')",
-            (cid, agent_type, agent_id, analysis_id, datetime.now(UTC)),
+            " SELECT %s, COALESCE(max(seq), 0) + 1, 'AAPL', %s, %s, %s, %s, '1.0', '', ''"
+            " FROM agent_checkpoints WHERE analysis_id = %s AND agent_type = %s",
+            (cid, agent_type, agent_id, analysis_id, datetime.now(UTC), analysis_id, agent_type),
         )
     return cid

@@ -96,9 +96,10 @@ def test_corrupt_secondary_is_detected_and_pg_serves(
     cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
     meta = stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
     key = stack.keys.l1_snapshot(mem.agent_id)
-    doc = orjson.loads(codec.unpack(stack.redis.get(key)))  # type: ignore[arg-type]
+    seq, raw = codec.unseal(stack.redis.get(key))  # type: ignore[arg-type]
+    doc = orjson.loads(raw)
     tamper(doc)  # type: ignore[operator]
-    stack.redis.set(key, codec.pack(orjson.dumps(doc)))
+    stack.redis.set(key, codec.seal(seq, orjson.dumps(doc)))  # a valid seal over bad content
     report = stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
     assert report is not None and report.source == "postgresql_checkpoint"
     assert read_memory(stack.redis, stack.keys, mem.agent_id).hash == meta.hash

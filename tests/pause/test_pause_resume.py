@@ -24,11 +24,12 @@ from ..conftest import Engines
 
 def _paused_analysis(stack: amber.Stack) -> tuple[str, LeadCoordinator, PauseManager]:
     market = MarketDataClient(quotas={"koyfin": 15})
-    co = LeadCoordinator(stack, market)
-    pm = PauseManager(stack, co)
+    co = stack.coordinator.using(market)
+    pm = PauseManager(stack.analyses, co)
     aid = co.start_analysis("AAPL", ANALYSTS)
     co.run(aid)
-    assert pm.last_pause is not None and pm.last_pause.reason == "quota_exhausted"
+    paused = pm.current_pause(aid)
+    assert paused is not None and paused.reason == "quota_exhausted"
     market.set_quota("koyfin", None)
     return aid, co, pm
 
@@ -49,7 +50,7 @@ def test_quota_pauses_with_dual_snapshots_14_day_ttls_and_a_record(stack: amber.
     for a in stack.analyses.get(aid).agents:
         for key in (
             stack.keys.l1_snapshot(a["agent_id"]),
-            stack.keys.checkpoint(aid, a["agent_type"]),
+            stack.keys.checkpoint(a["agent_id"]),
         ):
             assert stack.settings.active_ttl < stack.redis.ttl(key) <= paused
         with stack.pg.connection() as conn:
@@ -79,7 +80,7 @@ def test_pause_unknown_or_finished_is_a_clear_error(stack: amber.Stack) -> None:
         pm.pause("6f1c8a52-0000-4000-8000-000000000000", "x")
     with pytest.raises(amber.InvalidIdentifier):
         pm.pause("nope", "x")
-    co = LeadCoordinator(stack)
+    co = stack.coordinator.using()
     aid = co.start_analysis("AAPL", ANALYSTS)
     co.run(aid)
     with pytest.raises(AnalysisStateError, match="completed"):
@@ -99,10 +100,7 @@ def test_round_trip_through_every_recovery_path(stack: amber.Stack, loss: str) -
         stack.redis.delete(
             *[stack.keys.l1_snapshot(a) for a in agents],
             *[stack.keys.l1_snapshot_meta(a) for a in agents],
-            *[
-                stack.keys.checkpoint(aid, t)
-                for t in ("financial_analyst", "strategy_analyst", "valuation_agent")
-            ],
+            *[stack.keys.checkpoint(a) for a in agents],
         )
     report = pm.resume(aid)
     expected = {

@@ -10,7 +10,7 @@ import pytest
 
 import amber
 from amber import ANALYSTS, AnalysisStateError, ConsistencyError, MarketDataClient
-from amber.agents import BaseAgent, LeadCoordinator
+from amber.agents import BaseAgent
 from amber.pause import PauseManager
 
 
@@ -31,7 +31,7 @@ class Slow(BaseAgent):
 def _slow_run(stack: amber.Stack) -> tuple[str, threading.Thread, list[Any]]:
     Slow.started.clear()
     Slow.release.clear()
-    co = LeadCoordinator(stack)
+    co = stack.coordinator.using()
     aid = co.start_analysis("AAPL", [Slow])
     out: list[Any] = []
     t = threading.Thread(target=lambda: out.append(co.run(aid)))
@@ -44,7 +44,7 @@ def test_only_one_process_runs_an_analysis(stack: amber.Stack) -> None:
     aid, t, out = _slow_run(stack)
     try:
         with pytest.raises(AnalysisStateError, match="another process is running"):
-            LeadCoordinator(stack).run(aid)
+            stack.coordinator.using().run(aid)
     finally:
         Slow.release.set()
         t.join(30)
@@ -53,7 +53,7 @@ def test_only_one_process_runs_an_analysis(stack: amber.Stack) -> None:
 
 def test_a_pause_during_a_subtask_keeps_its_work_as_paused(stack: amber.Stack) -> None:
     aid, t, out = _slow_run(stack)
-    pm = PauseManager(stack, LeadCoordinator(stack))
+    pm = PauseManager(stack.analyses, stack.coordinator.using())
     pm.pause(aid, "awaiting_review")
     Slow.release.set()
     t.join(30)
@@ -63,7 +63,7 @@ def test_a_pause_during_a_subtask_keeps_its_work_as_paused(stack: amber.Stack) -
     agent_id = stack.analyses.get(aid).agents[0]["agent_id"]
     mem = stack.memory(agent_id)
     assert mem.ttl("note:wait") > stack.settings.active_ttl  # the paused TTL
-    assert stack.redis.ttl(stack.keys.checkpoint(aid, "slow_agent")) > stack.settings.active_ttl
+    assert stack.redis.ttl(stack.keys.checkpoint(agent_id)) > stack.settings.active_ttl
     with stack.pg.connection() as conn:
         row = conn.execute(
             "SELECT l1_snapshot IS NOT NULL FROM agent_checkpoints WHERE"
@@ -75,8 +75,8 @@ def test_a_pause_during_a_subtask_keeps_its_work_as_paused(stack: amber.Stack) -
 
 def test_a_failed_resume_leaves_the_analysis_paused(stack: amber.Stack) -> None:
     market = MarketDataClient(quotas={"koyfin": 15})
-    co = LeadCoordinator(stack, market)
-    pm = PauseManager(stack, co)
+    co = stack.coordinator.using(market)
+    pm = PauseManager(stack.analyses, co)
     aid = co.start_analysis("AAPL", ANALYSTS)
     co.run(aid)
     strategy = next(

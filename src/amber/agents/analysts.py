@@ -176,6 +176,7 @@ class ValuationAgent(BaseAgent):
                 round(a["base_revenue"] * (1 + a["growth"]) ** n * a["fcf_margin"], 2)
                 for n in range(1, 6)
             ]
+            self.l1_cache.delete("fcf_model")  # a rerun starts the list afresh
             self.l1_cache.rpush("fcf_model", *fcf)
             return {"fcf": fcf}
         if name == "wacc_calculation":

@@ -58,6 +58,12 @@ class BaseAgent:
         self.interim_results: dict[str, Any] = {}
         self.executions: dict[str, int] = {}
         """How many times each subtask was started in this process (duplicate-work probe)."""
+        self.checkpoint_seq = 0
+        """Sequence of the newest checkpoint this agent continues from (0: none yet)."""
+        self.checkpoint_l1_keys = 0
+        """Keys in that checkpoint's working-memory snapshot."""
+        self.runner = ""
+        """The run this agent belongs to (``host:pid:token``); written into its checkpoints."""
 
     @staticmethod
     def new_agent_id(agent_type: str) -> str:
@@ -88,8 +94,20 @@ class BaseAgent:
         self.pending_subtasks.remove(subtask)
         self.completed_subtasks.append(subtask)
 
-    def apply_checkpoint(self, cp: Checkpoint) -> None:
-        """Continue from ``cp``: completed subtasks are never run again."""
+    def uncomplete(self, subtask: str) -> None:
+        """Undo :meth:`complete` (its checkpoint was not written): the subtask runs again."""
+        self.interim_results.pop(subtask, None)
+        self.completed_subtasks.remove(subtask)
+        self.pending_subtasks.insert(0, subtask)
+
+    def apply_checkpoint(self, cp: Checkpoint, head_seq: int | None = None) -> None:
+        """Continue from ``cp``: completed subtasks are never run again.
+
+        ``head_seq`` is the newest sequence PostgreSQL holds for the agent (above
+        ``cp.seq`` only when newer rows were unreadable): the next checkpoint follows it.
+        """
+        self.checkpoint_seq = max(cp.seq, head_seq or 0)
+        self.checkpoint_l1_keys = cp.l1_snapshot_keys or 0
         self.completed_subtasks = list(cp.completed_subtasks)
         self.pending_subtasks = list(cp.pending_subtasks)
         self.retry_count = cp.retry_count

@@ -38,6 +38,12 @@ class Checkpoint:
     error_details: dict[str, Any] | None = None
     l1_snapshot_hash: str | None = None
     l1_snapshot_seq: int | None = None
+    l1_snapshot_epoch: str | None = None
+    l1_snapshot_keys: int | None = None
+    seq: int = 0
+    """Position in the agent's chain of checkpoints (1, 2, 3, ...); see ``schema/sql.py``."""
+    writer: str | None = None
+    """The run that wrote it (``host:pid:token``)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields added by agent-version migrations that this layout does not name."""
 
@@ -92,20 +98,19 @@ def decode_doc(raw: bytes, expected_sha256: str | None = None) -> dict[str, Any]
         raise CheckpointCorrupt(f"checkpoint {exc}") from None
 
 
-def seal(digest: str, packed: bytes) -> bytes:
-    """The Redis backup value: the SHA-256 hex of the raw record, then the packed record."""
-    return digest.encode() + packed
+def seal(cp: Checkpoint, raw: bytes) -> bytes:
+    """The Redis backup value: ``raw`` (the encoded ``cp``) sealed with the checkpoint's
+    sequence and a checksum over header and body."""
+    return codec.seal(cp.seq, raw)
 
 
-def unseal(blob: bytes) -> dict[str, Any]:
-    """Inverse of :func:`seal`, verified; raises ``CheckpointCorrupt``."""
-    if len(blob) < 64:
-        raise CheckpointCorrupt("checkpoint backup is truncated")
+def unseal(blob: bytes) -> tuple[int, dict[str, Any]]:
+    """Inverse of :func:`seal`, verified: (sequence, document); raises ``CheckpointCorrupt``."""
     try:
-        raw = codec.unpack(blob[64:])
+        seq, raw = codec.unseal(blob)
     except codec.CodecError as exc:
-        raise CheckpointCorrupt(str(exc)) from None
-    return decode_doc(raw, blob[:64].decode("ascii", "replace"))
+        raise CheckpointCorrupt(f"checkpoint backup: {exc}") from None
+    return seq, decode_doc(raw)
 
 
 def now() -> datetime:

@@ -12,11 +12,7 @@ from amber.checkpoints.analyses import Analyses
 from amber.checkpoints.model import now
 from amber.config import Settings
 from amber.keys import Keys, check_uuid
-
-_ARCHIVE = """
-INSERT INTO agent_checkpoints_archive
-SELECT c.*, NOW() FROM agent_checkpoints c WHERE c.analysis_id = %s
-"""
+from amber.schema import sql
 
 
 @dataclass
@@ -62,11 +58,9 @@ class Retention:
             return 0
         with self.pg.connection() as conn, conn.transaction():
             if archive:
-                conn.execute(_ARCHIVE, (aid,))
-            n = conn.execute(
-                "DELETE FROM agent_checkpoints WHERE analysis_id = %s", (aid,)
-            ).rowcount
-        keys = [self.keys.checkpoint(aid, a["agent_type"]) for a in record.agents]
+                conn.execute(sql.ARCHIVE_CHECKPOINTS, (aid,))
+            n = conn.execute(sql.DELETE_CHECKPOINTS, (aid,)).rowcount
+        keys = [self.keys.checkpoint(a["agent_id"]) for a in record.agents]
         keys += [self.keys.l1_snapshot(a["agent_id"]) for a in record.agents]
         keys += [self.keys.l1_snapshot_meta(a["agent_id"]) for a in record.agents]
         if keys:
@@ -85,16 +79,10 @@ class Retention:
         report = GcReport()
         with self.pg.connection() as conn:
             paused = conn.execute(
-                "SELECT analysis_id FROM analyses WHERE status = 'paused' AND updated_at < %s",
-                (at - timedelta(seconds=s.paused_ttl),),
+                sql.PAUSED_BEFORE, (at - timedelta(seconds=s.paused_ttl),)
             ).fetchall()
             doomed = conn.execute(
-                "SELECT a.analysis_id FROM analyses a WHERE NOT a.preserve AND ("
-                " (a.status IN ('failed', 'expired') AND a.updated_at < %s)"
-                " OR a.status = 'completed')"
-                " AND EXISTS (SELECT 1 FROM agent_checkpoints c"
-                " WHERE c.analysis_id = a.analysis_id)",
-                (at - timedelta(seconds=s.failed_retention),),
+                sql.DOOMED, (at - timedelta(seconds=s.failed_retention),)
             ).fetchall()
         for (aid,) in paused:
             report.expired.append(str(aid))
@@ -103,9 +91,7 @@ class Retention:
         for (aid,) in doomed:
             if dry_run:
                 with self.pg.connection() as conn:
-                    row = conn.execute(
-                        "SELECT count(*) FROM agent_checkpoints WHERE analysis_id = %s", (aid,)
-                    ).fetchone()
+                    row = conn.execute(sql.COUNT_CHECKPOINTS, (aid,)).fetchone()
                 report.deleted[str(aid)] = int(row[0]) if row else 0
             else:
                 report.deleted[str(aid)] = self.purge(aid)

@@ -1,19 +1,27 @@
-"""``AgentCheckpointer``: save at every subtask boundary, restore by the fastest sound tier.
+"""``AgentCheckpointer``: save at every subtask boundary, restore what PostgreSQL says is newest.
 
-A save writes PostgreSQL first (durable: the commit is fsync'd by the server),
-then, in one Redis transaction, the checkpoint backup and the L1 snapshot
-secondary. Where the durability mode (or a pause) asks for it, the L1 snapshot
-goes into the same PostgreSQL row.
+A save writes PostgreSQL first, as a compare-and-set on the agent's checkpoint
+sequence (``schema/sql.py``): a writer that continued from an older checkpoint
+than the newest gets ``CheckpointConflict`` and writes nothing. Once PostgreSQL
+has committed, one Lua script writes the Redis copies (the checkpoint backup and
+the L1 snapshot secondary), each only over an older copy. A crash in between
+leaves Redis one checkpoint behind, which restore notices: PostgreSQL is the
+authority, and the backup is used only when it names the sequence of the newest
+committed row. Where the durability mode (or a pause) asks for it, the L1
+snapshot goes into the same PostgreSQL row.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+import psycopg
 import redis
 from psycopg_pool import ConnectionPool
 
@@ -21,17 +29,31 @@ from amber import codec
 from amber.checkpoints.model import Checkpoint, decode_doc, now, seal, unseal
 from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
-from amber.errors import CheckpointCorrupt, CheckpointNotFound, StoreUnavailable
+from amber.errors import (
+    AmberError,
+    CheckpointConflict,
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    InvalidValue,
+    MemoryLost,
+    StoreUnavailable,
+)
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory.journal import L1Journal
 from amber.memory.restore import PG_SNAPSHOTS_TRIED
-from amber.memory.snapshot import L1CacheSnapshotter, elapsed_ms
-from amber.memory.working import redis_errors
+from amber.memory.snapshot import L1CacheSnapshotter, Snapshot, elapsed_ms, write_sealed
+from amber.memory.working import AgentMemory, redis_errors
+from amber.schema import sql
 
 log = logging.getLogger("amber.checkpoints")
 
 PG_FALLBACK_ROWS = 3
 """PostgreSQL rows tried, newest first, when the newest fails its checksum."""
+
+
+def runner_id() -> str:
+    """A new id for one run of an analysis: ``host:pid:token``."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Checkpointable(Protocol):
@@ -44,6 +66,12 @@ class Checkpointable(Protocol):
     pending_subtasks: list[str]
     retry_count: int
     config: dict[str, Any]
+    l1_cache: AgentMemory
+    checkpoint_seq: int
+    """The sequence of the checkpoint this agent continues from (0: none)."""
+    checkpoint_l1_keys: int
+    """Keys in that checkpoint's L1 snapshot."""
+    runner: str
 
     @property
     def agent_type(self) -> str: ...
@@ -60,20 +88,14 @@ class RestoredCheckpoint:
 
     checkpoint: Checkpoint
     source: str
-    """``redis_backup`` or ``postgresql``."""
+    """``redis_backup`` (proved current by PostgreSQL) or ``postgresql``."""
     ms: float
     skipped: list[str] = field(default_factory=list)
     """Tiers tried before and why they were not trusted."""
     migrated_from: list[str] = field(default_factory=list)
-
-
-INSERT = """
-INSERT INTO agent_checkpoints (checkpoint_id, stock_ticker, agent_type, agent_id, analysis_id,
-    checkpoint_time, progress_pct, current_subtask, completed_subtasks, pending_subtasks,
-    failure_reason, retry_count, agent_version, state, state_sha256,
-    l1_snapshot, l1_snapshot_hash, l1_snapshot_seq)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-"""
+    head_seq: int = 0
+    """The newest sequence in PostgreSQL: the next checkpoint is ``head_seq + 1`` (it may
+    be above ``checkpoint.seq`` when newer rows failed their checksum)."""
 
 
 class AgentCheckpointer:
@@ -109,9 +131,14 @@ class AgentCheckpointer:
     ) -> Checkpoint:
         """Checkpoint ``agent`` after ``subtask_completed`` (None: a failure or pause point).
 
-        ``dual_write`` (default: per durability mode) puts the L1 snapshot in PostgreSQL too.
+        The checkpoint is ``agent.checkpoint_seq + 1``; ``CheckpointConflict`` if a newer
+        one exists (nothing is written). ``MemoryLost`` if the agent's working memory
+        was lost since it was recovered: an empty or re-created memory never replaces
+        a stored one. ``dual_write`` (default: per durability mode) puts the L1 snapshot
+        in PostgreSQL too. Acknowledged when PostgreSQL has committed.
         """
         snap = self.snapshotter.take(agent.agent_id)
+        self._check_memory(agent, snap)
         cp = Checkpoint(
             checkpoint_id=str(uuid.uuid4()),
             analysis_id=check_uuid(agent.analysis_id),
@@ -131,135 +158,210 @@ class AgentCheckpointer:
             error_details=error_details,
             l1_snapshot_hash=snap.hash,
             l1_snapshot_seq=snap.seq,
+            l1_snapshot_epoch=snap.epoch,
+            l1_snapshot_keys=len(snap.memory),
+            seq=agent.checkpoint_seq + 1,
+            writer=agent.runner,
             extra={"subtask_completed": subtask_completed},
         )
         raw = cp.encode()
-        packed, digest = codec.pack(raw), codec.sha256_hex(raw)
         dual = self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
-        blob = snap.pack()
-        meta = self.snapshotter.meta(snap, cp.checkpoint_id)
-        with self.pg.connection() as conn:
-            conn.execute(
-                INSERT,
-                (
-                    cp.checkpoint_id,
-                    cp.stock_ticker,
-                    cp.agent_type,
-                    cp.agent_id,
-                    cp.analysis_id,
-                    cp.checkpoint_time,
-                    cp.progress_pct,
-                    cp.current_subtask,
-                    cp.completed_subtasks,
-                    cp.pending_subtasks,
-                    failure_reason,
-                    cp.retry_count,
-                    cp.agent_version,
-                    codec.pack(raw),
-                    codec.sha256_hex(raw),
-                    blob if dual else None,
-                    meta.hash if dual else None,
-                    meta.seq if dual else None,
-                ),
-            )
+        self._commit(cp, raw, snap if dual else None)
+        agent.checkpoint_seq = cp.seq
+        agent.checkpoint_l1_keys = len(snap.memory)
         if dual and self.journal is not None:
             self._compact_log(cp)
-        backup_key = self.keys.checkpoint(cp.analysis_id, cp.agent_type)
-        try:
-            with self.redis.pipeline(transaction=True) as pipe:
-                pipe.set(backup_key, seal(digest, packed), px=self.backup_ttl_ms)
-                self.snapshotter.write_secondary(pipe, meta, blob)
-                pipe.execute()
-        except (redis.RedisError, OSError) as exc:
-            # durable in PostgreSQL already; never leave an older backup looking newest
-            try:
-                self.redis.delete(backup_key)
-            except (redis.RedisError, OSError):
-                log.error("stale checkpoint backup %s may remain in Redis", backup_key)
-            raise StoreUnavailable(
-                f"checkpoint {cp.checkpoint_id} is in PostgreSQL, but Redis refused its"
-                f" backup and snapshot: {exc}",
-                checkpoint_id=cp.checkpoint_id,
-                agent_id=agent.agent_id,
-            ) from None
+        self._cache(cp, raw, snap)
         return cp
 
-    def restore_checkpoint(
-        self, analysis_id: object, agent_type: str, version: str | None = None
-    ) -> RestoredCheckpoint:
-        """The latest checkpoint: Redis backup first, else PostgreSQL's newest sound row.
+    @staticmethod
+    def _check_memory(agent: Checkpointable, snap: Snapshot) -> None:
+        """Refuse a snapshot of a memory that lost data since the agent recovered it."""
+        mem = agent.l1_cache
+        lost = ""
+        if mem.guarded and snap.epoch != mem.epoch:
+            lost = f"its incarnation changed from {mem.epoch} to {snap.epoch}"
+        elif snap.missing:
+            lost = f"{len(snap.missing)} key(s) expired: {', '.join(snap.missing[:5])}"
+        elif agent.checkpoint_l1_keys > 0 and not snap.indexed:
+            lost = (
+                f"it is empty, and checkpoint {agent.checkpoint_seq}"
+                f" holds {agent.checkpoint_l1_keys} keys"
+            )
+        if lost:
+            raise MemoryLost(
+                f"working memory was lost since it was recovered ({lost}); recover it first",
+                agent_id=agent.agent_id,
+                analysis_id=agent.analysis_id,
+            )
 
-        With ``version`` (the agent code's), older records are migrated and newer ones
-        refused with ``VersionTooNew``. Raises ``CheckpointNotFound`` if there is none.
+    def _commit(self, cp: Checkpoint, raw: bytes, snap: Snapshot | None) -> None:
+        """The PostgreSQL write: a compare-and-set insert of checkpoint ``cp.seq``."""
+        params = {
+            "checkpoint_id": cp.checkpoint_id,
+            "seq": cp.seq,
+            "writer": cp.writer,
+            "stock_ticker": cp.stock_ticker,
+            "agent_type": cp.agent_type,
+            "agent_id": cp.agent_id,
+            "analysis_id": cp.analysis_id,
+            "checkpoint_time": cp.checkpoint_time,
+            "progress_pct": cp.progress_pct,
+            "current_subtask": cp.current_subtask,
+            "completed_subtasks": cp.completed_subtasks,
+            "pending_subtasks": cp.pending_subtasks,
+            "failure_reason": cp.failure_reason,
+            "retry_count": cp.retry_count,
+            "agent_version": cp.agent_version,
+            "state": codec.pack(raw),
+            "state_sha256": codec.sha256_hex(raw),
+            "state_size": len(raw),
+            "l1_snapshot": snap.pack() if snap else None,
+            "l1_snapshot_hash": snap.hash if snap else None,
+            "l1_snapshot_seq": snap.seq if snap else None,
+            "l1_snapshot_size": len(snap.raw) if snap else None,
+            "l1_snapshot_epoch": snap.epoch if snap else None,
+            "l1_snapshot_keys": len(snap.memory) if snap else None,
+        }
+        try:
+            with self.pg.connection() as conn:
+                row = conn.execute(sql.INSERT_CHECKPOINT, params).fetchone()
+        except psycopg.DataError as exc:
+            raise InvalidValue(
+                f"checkpoint cannot be stored: {exc}".strip(),
+                agent_id=cp.agent_id,
+                analysis_id=cp.analysis_id,
+            ) from None
+        if row is None:
+            raise CheckpointConflict(
+                f"checkpoint {cp.seq} or a newer one already exists: this writer continued"
+                f" from checkpoint {cp.seq - 1} and would replace newer work",
+                analysis_id=cp.analysis_id,
+                agent_type=cp.agent_type,
+                seq=cp.seq,
+            )
+
+    def _cache(self, cp: Checkpoint, raw: bytes, snap: Snapshot) -> None:
+        """The Redis copies, after the PostgreSQL commit: one script, never over newer."""
+        meta = self.snapshotter.meta(snap, cp.checkpoint_id)
+        items = [
+            (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq, self.backup_ttl_ms),
+            *self.snapshotter.secondary(meta, snap),
+        ]
+        try:
+            write_sealed(self.redis, cp.agent_id, items)
+        except StoreUnavailable as exc:
+            # durable in PostgreSQL already, and restore never trusts an older backup
+            raise StoreUnavailable(
+                f"checkpoint {cp.checkpoint_id} is in PostgreSQL, but Redis refused its"
+                f" backup and snapshot: {exc.message}",
+                checkpoint_id=cp.checkpoint_id,
+                agent_id=cp.agent_id,
+            ) from None
+
+    def restore_checkpoint(
+        self,
+        analysis_id: object,
+        agent_type: str,
+        version: str | None = None,
+        agent_id: str | None = None,
+    ) -> RestoredCheckpoint:
+        """The newest checkpoint PostgreSQL has committed.
+
+        With ``agent_id`` the Redis backup is read first and used when it names the
+        newest committed sequence, saving the state's transfer; PostgreSQL is asked in
+        every case (one round trip). A newest row that fails its checksum falls back
+        to the next older sound one. With ``version`` (the agent code's), older records
+        are migrated and newer ones refused with ``VersionTooNew``. Raises
+        ``CheckpointNotFound`` if there is none.
         """
         t0 = time.perf_counter()
         aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
         skipped: list[str] = []
+        backup: tuple[int, dict[str, Any]] | None = None
+        if agent_id is not None:
+            backup = self._read_backup(check_id(agent_id, "agent_id"), skipped)
+        with self.pg.connection() as conn:
+            row = conn.execute(
+                sql.NEWEST_CHECKPOINT, (backup[0] if backup else -1, aid, atype)
+            ).fetchone()
+        if row is None:
+            raise CheckpointNotFound(
+                "no checkpoint for this agent", analysis_id=aid, agent_type=atype
+            )
+        head, cid, state, digest, size = row
         doc: dict[str, Any] | None = None
         source = "redis_backup"
-        try:
-            with redis_errors(atype):
-                blob = self.redis.get(self.keys.checkpoint(aid, atype))
-            if blob is None:
-                skipped.append("redis_backup: missing")
-            else:
-                doc = unseal(cast(bytes, blob))
-        except (CheckpointCorrupt, StoreUnavailable) as exc:
-            log.warning("checkpoint backup for %s/%s not trusted: %s", aid, atype, exc)
-            skipped.append(f"redis_backup: {exc}")
-        if doc is None:
+        if backup is not None and state is None and backup[1].get("checkpoint_id") == str(cid):
+            doc = backup[1]
+        else:
+            if backup is not None:
+                skipped.append(f"redis_backup: at sequence {backup[0]}, PostgreSQL at {head}")
             source = "postgresql"
-            doc = self._latest_row(aid, atype, skipped)
+            doc = self._verified((head, cid, state, digest, size), skipped) if state else None
+            if doc is None:
+                doc = self._older_row(aid, atype, int(head) + (0 if state else 1), skipped)
+        doc.setdefault("seq", int(head))
         migrated: list[str] = []
         if version is not None:
             doc, migrated = self.migrations.upgrade(doc, version)
         return RestoredCheckpoint(
-            Checkpoint.from_doc(doc), source, elapsed_ms(t0), skipped, migrated
+            Checkpoint.from_doc(doc), source, elapsed_ms(t0), skipped, migrated, int(head)
         )
 
-    def _latest_row(self, aid: str, atype: str, skipped: list[str]) -> dict[str, Any]:
-        """The newest row that passes its checksum; older rows are read only if needed."""
-        rows = self._rows(aid, atype, 0, 1)
-        if rows and (doc := self._verified(rows[0], skipped)) is not None:
-            return doc
-        for row in self._rows(aid, atype, 1, PG_FALLBACK_ROWS - 1) if rows else []:
+    def _read_backup(self, agent_id: str, skipped: list[str]) -> tuple[int, dict[str, Any]] | None:
+        try:
+            with redis_errors(agent_id):
+                blob = self.redis.get(self.keys.checkpoint(agent_id))
+            if blob is None:
+                skipped.append("redis_backup: missing")
+                return None
+            seq, doc = unseal(cast(bytes, blob))
+        except StoreUnavailable as exc:
+            skipped.append(f"redis_backup: {exc}")
+            return None
+        except AmberError as exc:  # corrupt, or a key of another type
+            log.warning("checkpoint backup of %s not trusted: %s", agent_id, exc)
+            skipped.append(f"redis_backup: {exc}")
+            return None
+        if doc.get("seq") != seq:
+            skipped.append("redis_backup: its header and record name different sequences")
+            return None
+        return seq, doc
+
+    def _older_row(self, aid: str, atype: str, below: int, skipped: list[str]) -> dict[str, Any]:
+        """The newest row below sequence ``below`` that passes its checksum."""
+        with self.pg.connection() as conn:
+            rows = conn.execute(
+                sql.OLDER_CHECKPOINTS, (aid, atype, below, PG_FALLBACK_ROWS)
+            ).fetchall()
+        for row in rows:
             if (doc := self._verified(row, skipped)) is not None:
                 return doc
-        if rows:
-            raise CheckpointCorrupt(
-                "no checkpoint passed its checksum: " + "; ".join(skipped),
-                analysis_id=aid,
-                agent_type=atype,
-            )
-        raise CheckpointNotFound("no checkpoint for this agent", analysis_id=aid, agent_type=atype)
-
-    def _rows(self, aid: str, atype: str, offset: int, limit: int) -> list[tuple[Any, ...]]:
-        with self.pg.connection() as conn:
-            return conn.execute(
-                "SELECT checkpoint_id, state, state_sha256 FROM agent_checkpoints"
-                " WHERE analysis_id = %s AND agent_type = %s ORDER BY id DESC"
-                " OFFSET %s LIMIT %s",
-                (aid, atype, offset, limit),
-            ).fetchall()
+        raise CheckpointCorrupt(
+            "no checkpoint passed its checksum: " + "; ".join(skipped),
+            analysis_id=aid,
+            agent_type=atype,
+        )
 
     @staticmethod
     def _verified(row: tuple[Any, ...], skipped: list[str]) -> dict[str, Any] | None:
-        cid, state, digest = row
+        seq, cid, state, digest, size = row
         try:
-            return decode_doc(codec.unpack(state), digest)
+            doc = decode_doc(codec.unpack(state, size), digest)
         except (CheckpointCorrupt, codec.CodecError) as exc:
             log.error("checkpoint %s in PostgreSQL is corrupt: %s", cid, exc)
             skipped.append(f"postgresql {cid}: {exc}")
             return None
+        doc["seq"] = int(seq)
+        return doc
 
     def _compact_log(self, cp: Checkpoint) -> None:
         """Let the agent's L1 log drop what no snapshot restore can need any more."""
         assert self.journal is not None
         with self.pg.connection() as conn:
             rows = conn.execute(
-                "SELECT l1_snapshot_seq FROM agent_checkpoints WHERE analysis_id = %s"
-                " AND agent_type = %s AND l1_snapshot IS NOT NULL ORDER BY id DESC LIMIT %s",
-                (cp.analysis_id, cp.agent_type, PG_SNAPSHOTS_TRIED),
+                sql.SNAPSHOT_SEQS, (cp.analysis_id, cp.agent_type, PG_SNAPSHOTS_TRIED)
             ).fetchall()
         self.journal.compact(cp.agent_id, [int(r[0] or 0) for r in rows])
 
@@ -267,13 +369,29 @@ class AgentCheckpointer:
         """One checkpoint by id, from PostgreSQL, checksum verified."""
         cid = check_uuid(checkpoint_id, "checkpoint_id")
         with self.pg.connection() as conn:
-            row = conn.execute(
-                "SELECT state, state_sha256 FROM agent_checkpoints WHERE checkpoint_id = %s",
-                (cid,),
-            ).fetchone()
+            row = conn.execute(sql.CHECKPOINT_BY_ID, (cid,)).fetchone()
         if row is None:
             raise CheckpointNotFound("no checkpoint with this id", checkpoint_id=cid)
-        return Checkpoint.from_doc(decode_doc(codec.unpack(row[0]), row[1]))
+        state, digest, size, seq = row
+        try:
+            doc = decode_doc(codec.unpack(state, size), digest)
+        except codec.CodecError as exc:
+            raise CheckpointCorrupt(f"checkpoint {exc}", checkpoint_id=cid) from None
+        return Checkpoint.from_doc({**doc, "seq": seq})
+
+    def snapshot_of(self, checkpoint_id: object) -> dict[str, codec.Entry] | None:
+        """The L1 snapshot stored with a checkpoint, or None if it has none."""
+        cid = check_uuid(checkpoint_id, "checkpoint_id")
+        with self.pg.connection() as conn:
+            row = conn.execute(sql.SNAPSHOT_BY_CHECKPOINT_ID, (cid,)).fetchone()
+        if row is None:
+            raise CheckpointNotFound("no checkpoint with this id", checkpoint_id=cid)
+        if row[0] is None:
+            return None
+        try:
+            return codec.unpack_memory(row[0], row[1])
+        except codec.CodecError as exc:
+            raise CheckpointCorrupt(f"snapshot {exc}", checkpoint_id=cid) from None
 
     def summaries(
         self, analysis_id: object | None = None, limit: int = 100
@@ -283,23 +401,11 @@ class AgentCheckpointer:
             ("WHERE analysis_id = %s", [check_uuid(analysis_id)]) if analysis_id else ("", [])
         )
         with self.pg.connection() as conn:
-            cur = conn.execute(
-                "SELECT checkpoint_id, analysis_id, agent_type, checkpoint_time, progress_pct,"
-                " current_subtask, cardinality(completed_subtasks) AS done,"
-                " cardinality(completed_subtasks) + cardinality(pending_subtasks) AS total,"
-                " failure_reason, retry_count, agent_version, l1_snapshot IS NOT NULL AS dual"
-                f" FROM agent_checkpoints {where} ORDER BY id DESC LIMIT %s",
-                (*params, limit),
-            )
+            cur = conn.execute(sql.CHECKPOINT_SUMMARIES.format(where=where), (*params, limit))
             names = [c.name for c in cur.description or []]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
-    def delete_backups(self, analysis_id: object, agent_types: list[str]) -> None:
-        """Remove the Redis backups of an analysis's agents."""
-        keys = [self.keys.checkpoint(analysis_id, t) for t in agent_types]
-        if keys:
-            self.redis.delete(*keys)
-
-    def extend_backup_ttl(self, analysis_id: object, agent_type: str, seconds: int) -> None:
+    def extend_backup_ttl(self, agent_id: str, seconds: int) -> None:
         """Set the Redis backup's TTL (a pause keeps it as long as the pause may last)."""
-        self.redis.expire(self.keys.checkpoint(analysis_id, agent_type), seconds)
+        with redis_errors(agent_id):
+            self.redis.expire(self.keys.checkpoint(agent_id), seconds)

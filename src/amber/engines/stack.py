@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from psycopg_pool import ConnectionPool
 
+from amber.agents.coordinator import LeadCoordinator
+from amber.agents.market import MarketDataClient
 from amber.checkpoints import AgentCheckpointer, Analyses, Retention
 from amber.config import Durability, Settings, load_settings
 from amber.engines.connect import open_pg, open_redis
@@ -23,19 +24,25 @@ from amber.memory import (
     L1CacheSnapshotter,
     L1TTLManager,
 )
-from amber.memory.journal import L1Journal
-from amber.memory.working import Journal
+from amber.memory.journal import L1Journal, sequence_floor
+from amber.pause import PauseManager
 from amber.schema.migrations import migrate, schema_version
-
-if TYPE_CHECKING:
-    from amber.agents.coordinator import LeadCoordinator
-    from amber.pause import PauseManager
 
 
 class Stack:
-    """Both engines and amber's components on them. Use as a context manager."""
+    """Both engines and amber's components on them, each built once. Use as a context manager.
 
-    def __init__(self, settings: Settings, redis_url: str, database_url: str) -> None:
+    A composition root: the constructor builds every collaborator and hands each what
+    it needs; none of them refers back to the stack.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        redis_url: str,
+        database_url: str,
+        market: MarketDataClient | None = None,
+    ) -> None:
         self._closed = False
         self.settings = settings
         self.keys = Keys(settings.prefix)
@@ -52,101 +59,60 @@ class Stack:
             if "pg" in self.__dict__:
                 self.pg.close()
             raise
-
-    # -- L1 working memory (DD-016) --------------------------------------------------
-    def memory(self, agent_id: str) -> AgentMemory:
-        """The working memory of one agent."""
-        journal = self.l1_journal.journal(agent_id) if self.l1_journal else None
-        return self._memory(agent_id, journal)
-
-    def _memory(self, agent_id: str, journal: Journal | None) -> AgentMemory:
-        return AgentMemory(self.redis, self.keys, agent_id, self.settings.active_ttl, journal)
-
-    @cached_property
-    def l1_journal(self) -> L1Journal | None:
-        """The working-memory write-ahead logs, in the ``wal`` durability mode only."""
-        if self.settings.durability != Durability.WAL:
-            return None
-        directory = self.settings.data_dir / "wal" / "l1" / self.keys.prefix
-        return L1Journal(directory, self.settings.wal_fsync, self._sequence_floor)
-
-    def _sequence_floor(self, agent_id: str) -> int:
-        """The highest sequence Redis, the secondary or PostgreSQL has seen for an agent."""
-        seqs = [self._memory(agent_id, None).sequence()]
-        meta = self.snapshotter.latest_meta(agent_id)
-        seqs.append(meta.seq if meta else 0)
-        with self.pg.connection() as conn:
-            row = conn.execute(
-                "SELECT max(l1_snapshot_seq) FROM agent_checkpoints"
-                " WHERE agent_id = %s AND l1_snapshot IS NOT NULL",
-                (agent_id,),
-            ).fetchone()
-        seqs.append(int(row[0]) if row and row[0] is not None else 0)
-        return max(seqs)
-
-    @cached_property
-    def snapshotter(self) -> L1CacheSnapshotter:
+        s, keys = settings, self.keys
+        self.snapshotter = L1CacheSnapshotter(self.redis, self.pg, keys, s.snapshot_ttl)
         """Snapshots L1 to the Redis secondary (and PostgreSQL on request)."""
-        return L1CacheSnapshotter(self.redis, self.pg, self.keys, self.settings.snapshot_ttl)
-
-    @cached_property
-    def verifier(self) -> ConsistencyVerifier:
+        self.l1_journal: L1Journal | None = None
+        """The working-memory write-ahead logs, in the ``wal`` durability mode only."""
+        if s.durability == Durability.WAL:
+            self.l1_journal = L1Journal(
+                s.data_dir / "wal" / "l1" / keys.prefix,
+                s.wal_fsync,
+                sequence_floor(self.redis, keys, self.snapshotter, self.pg),
+            )
+        self.verifier = ConsistencyVerifier(self.redis, keys)
         """Hash and key-count checks around restores."""
-        return ConsistencyVerifier(self.redis, self.keys)
-
-    @cached_property
-    def restorer(self) -> L1CacheRestorer:
+        self.restorer = L1CacheRestorer(self.redis, self.pg, keys, self.verifier, s.active_ttl)
         """Restores L1 from the secondary or PostgreSQL."""
-        return L1CacheRestorer(
-            self.redis, self.pg, self.keys, self.verifier, self.settings.active_ttl
+        self.ttl_manager = L1TTLManager(
+            self.redis, keys, s.active_ttl, s.paused_ttl, s.snapshot_ttl
         )
-
-    @cached_property
-    def ttl_manager(self) -> L1TTLManager:
         """Active and paused TTLs."""
-        s = self.settings
-        return L1TTLManager(self.redis, self.keys, s.active_ttl, s.paused_ttl, s.snapshot_ttl)
-
-    @cached_property
-    def recovery(self) -> DualRecoveryStrategy:
-        """L1 → Redis secondary → PostgreSQL."""
         journal = self.l1_journal
-        replayer = (
-            (lambda agent, after: journal.replay(self.memory, agent, after)) if journal else None
+        self.recovery = DualRecoveryStrategy(
+            self.snapshotter,
+            self.restorer,
+            self.ttl_manager,
+            (lambda agent, after: journal.replay(self.memory, agent, after)) if journal else None,
         )
-        return DualRecoveryStrategy(self.snapshotter, self.restorer, self.ttl_manager, replayer)
-
-    # -- checkpoints (DD-011) and analyses ----------------------------------------------
-    @cached_property
-    def checkpointer(self) -> AgentCheckpointer:
+        """L1 → Redis secondary → PostgreSQL (plus the log's replay in ``wal`` mode)."""
+        self.checkpointer = AgentCheckpointer(
+            self.redis, self.pg, keys, s, self.snapshotter, journal=journal
+        )
         """Saves and restores checkpoints."""
-        return AgentCheckpointer(
-            self.redis, self.pg, self.keys, self.settings, self.snapshotter, journal=self.l1_journal
-        )
-
-    @cached_property
-    def analyses(self) -> Analyses:
-        """The analyses table."""
-        return Analyses(self.pg)
-
-    @cached_property
-    def retention(self) -> Retention:
+        self.analyses = Analyses(self.pg)
+        """The analyses table, pause records and runner locks."""
+        self.retention = Retention(self.redis, self.pg, keys, s, self.analyses)
         """The checkpoint retention policy."""
-        return Retention(self.redis, self.pg, self.keys, self.settings, self.analyses)
-
-    @cached_property
-    def coordinator(self) -> LeadCoordinator:
+        self.coordinator = LeadCoordinator(
+            self.analyses,
+            self.checkpointer,
+            self.recovery,
+            self.ttl_manager,
+            self.retention,
+            self.memory,
+            s,
+            journal.release if journal else lambda agent_id: None,
+            market,
+        )
         """Runs analyses subtask by subtask."""
-        from amber.agents.coordinator import LeadCoordinator
+        self.pause_manager = PauseManager(self.analyses, self.coordinator)
+        """Pauses and resumes analyses."""
 
-        return LeadCoordinator(self)
-
-    @cached_property
-    def pause_manager(self) -> PauseManager:
-        """Pauses and resumes analyses; quota errors in ``coordinator`` become pauses."""
-        from amber.pause import PauseManager
-
-        return PauseManager(self)
+    def memory(self, agent_id: str) -> AgentMemory:
+        """The working memory of one agent (its writes logged first in ``wal`` mode)."""
+        journal = self.l1_journal.journal(agent_id) if self.l1_journal else None
+        return AgentMemory(self.redis, self.keys, agent_id, self.settings.active_ttl, journal)
 
     def schema_version(self) -> int:
         """The database's applied migration version."""
@@ -164,7 +130,7 @@ class Stack:
         if self._closed:
             return
         self._closed = True
-        if "l1_journal" in self.__dict__ and self.l1_journal is not None:
+        if self.l1_journal is not None:
             self.l1_journal.close()
         self.redis.close()
         self.pg.close()

@@ -14,16 +14,20 @@ third newest in PostgreSQL (``PG_SNAPSHOTS_TRIED``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from amber.keys import check_id
+import redis
+from psycopg_pool import ConnectionPool
+
+from amber.keys import Keys, check_id
 from amber.memory.restore import PG_SNAPSHOTS_TRIED
+from amber.memory.snapshot import L1CacheSnapshotter
+from amber.schema import sql
 from amber.wal import WriteAheadLog
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from amber.memory.working import AgentMemory, Journal
 
 L1_OP = "l1"
@@ -86,12 +90,37 @@ class L1Journal:
             return 0
         return len(self.log(agent_id).drop_through(snapshot_seqs[PG_SNAPSHOTS_TRIED - 1]))
 
+    def release(self, agent_id: str) -> None:
+        """Flush and close one agent's log, so another process may open it."""
+        with self._lock:
+            log = self._logs.pop(agent_id, None)
+        if log is not None:
+            log.close()
+
     def close(self) -> None:
         """Flush and close every open log."""
         with self._lock:
             for log in self._logs.values():
                 log.close()
             self._logs.clear()
+
+
+def sequence_floor(
+    client: redis.Redis, keys: Keys, snapshotter: L1CacheSnapshotter, pool: ConnectionPool
+) -> Callable[[str], int]:
+    """agent id → the highest sequence Redis, the secondary or PostgreSQL has seen for it."""
+
+    def floor(agent_id: str) -> int:
+        raw = client.get(keys.l1_seq(agent_id))
+        seqs = [int(cast(bytes, raw)) if raw is not None and raw.isdigit() else 0]
+        meta = snapshotter.latest_meta(agent_id)
+        seqs.append(meta.seq if meta else 0)
+        with pool.connection() as conn:
+            row = conn.execute(sql.AGENT_MAX_SNAPSHOT_SEQ, (agent_id,)).fetchone()
+        seqs.append(int(row[0]) if row and row[0] is not None else 0)
+        return max(seqs)
+
+    return floor
 
 
 def _text(value: Any) -> str:

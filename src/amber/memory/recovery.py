@@ -7,8 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from amber.codec import CodecError
-from amber.errors import ConsistencyError
+from amber.errors import AmberError, StoreUnavailable
 from amber.keys import check_id
 from amber.memory.restore import L1CacheRestorer, Loaded
 from amber.memory.snapshot import L1CacheSnapshotter, Snapshot, elapsed_ms
@@ -31,17 +30,33 @@ class RecoveryReport:
     keys: int
     seq: int
     verified: bool
+    """True only when the memory was compared with a recorded snapshot hash and matched
+    (a restore, or L1 found at a snapshot's own sequence); False when nothing could be
+    compared (an L1 newer than every snapshot, no memory at all)."""
     replayed: int = 0
     reason: str = ""
     """Why the L1 fast path was not taken, when it was not."""
+    epoch: str | None = None
+    """The incarnation of the memory now in Redis (None: no memory)."""
+
+
+def _born_from_snapshot_at_least(epoch: str | None, seq: int) -> bool:
+    """Whether an epoch was started by restoring a snapshot at sequence ``seq`` or later."""
+    if not epoch or not epoch.startswith("r"):
+        return False
+    born, _, _ = epoch[1:].partition(":")
+    return born.isdigit() and int(born) >= seq
 
 
 def l1_complete(snap: Snapshot, reference: Loaded | None) -> tuple[bool, str]:
     """Whether L1 as it is can be trusted, and why not when it cannot.
 
-    Complete means: L1 exists, nothing its index lists has expired, and it is not
-    older than the newest snapshot; at that snapshot's sequence it must also hash
-    the same. A partly expired L1 (Flaw #25 D3) is never complete.
+    Complete means: L1 exists, nothing its index lists has expired, it is not older
+    than the newest snapshot, and it descends from it: the same incarnation (epoch),
+    or one restored from that snapshot or a newer one. A memory that was re-created
+    after the snapshot (lost, then written again) is not complete, however high its
+    sequence; at the snapshot's own sequence it must also hash the same. A partly
+    expired L1 (Flaw #25 D3) is never complete.
     """
     if not snap.indexed:
         return False, "no L1"
@@ -53,6 +68,15 @@ def l1_complete(snap: Snapshot, reference: Loaded | None) -> tuple[bool, str]:
         return True, ""
     if snap.seq < reference.seq:
         return False, f"L1 at sequence {snap.seq} is older than the snapshot ({reference.seq})"
+    if (
+        reference.epoch is not None
+        and snap.epoch != reference.epoch
+        and not _born_from_snapshot_at_least(snap.epoch, reference.seq)
+    ):
+        return False, (
+            f"L1 (epoch {snap.epoch}) was re-created after the snapshot at sequence"
+            f" {reference.seq} (epoch {reference.epoch}): what it held then was lost"
+        )
     if snap.seq == reference.seq and snap.hash != reference.hash:
         return False, "L1 differs from the snapshot taken at the same sequence"
     return True, ""
@@ -76,7 +100,11 @@ class DualRecoveryStrategy:
     def recover_agent_state(
         self, agent_id: str, analysis_id: object, agent_type: str
     ) -> RecoveryReport:
-        """Make the agent's L1 whole again and say how."""
+        """Make the agent's L1 whole again and say how.
+
+        A tier that cannot be read (corrupt, a key of the wrong type) is skipped with
+        its reason logged; ``ConsistencyError`` if every snapshot there is fails.
+        """
         t0 = time.perf_counter()
         check_id(agent_id, "agent_id")
         snap = self.snapshotter.take(agent_id, full=True)
@@ -89,7 +117,9 @@ class DualRecoveryStrategy:
             for load in loaders:
                 try:
                     reference = load()
-                except (ConsistencyError, CodecError) as exc:  # restore reports it below
+                except StoreUnavailable:
+                    raise
+                except AmberError as exc:  # restore reports it below
                     log.warning("a snapshot of %s is unreadable: %s", agent_id, exc)
                 if reference is not None:
                     break
@@ -97,29 +127,56 @@ class DualRecoveryStrategy:
         if ok:
             self.ttl_manager.restore_active_ttl_on_resume(agent_id)
             replayed = self._replay(agent_id, snap.seq)
+            verified = (
+                reference is not None
+                and snap.seq == reference.seq
+                and snap.hash == reference.hash
+                and not replayed
+            )
             return RecoveryReport(
-                agent_id, "l1_existing", elapsed_ms(t0), len(snap.memory), snap.seq, True, replayed
+                agent_id,
+                "l1_existing",
+                elapsed_ms(t0),
+                len(snap.memory),
+                snap.seq,
+                verified,
+                replayed,
+                epoch=self._epoch(agent_id, snap.epoch, replayed),
             )
         report = self.l1_restorer.restore_from_snapshot(agent_id, analysis_id, agent_type)
         if report is None:
             replayed = self._replay(agent_id, 0)
-            keys = len(self.snapshotter.take(agent_id, full=True).memory) if replayed else 0
+            now = self.snapshotter.take(agent_id, full=True) if replayed else None
             return RecoveryReport(
-                agent_id, "empty", elapsed_ms(t0), keys, 0, True, replayed, reason
+                agent_id,
+                "empty",
+                elapsed_ms(t0),
+                len(now.memory) if now else 0,
+                0,
+                False,
+                replayed,
+                reason,
+                now.epoch if now else None,
             )
         replayed = self._replay(agent_id, report.seq)
-        keys = len(self.snapshotter.take(agent_id, full=True).memory) if replayed else report.keys
+        now = self.snapshotter.take(agent_id, full=True) if replayed else None
         self.ttl_manager.restore_active_ttl_on_resume(agent_id)
         return RecoveryReport(
             agent_id,
             report.source,
             elapsed_ms(t0),
-            keys,
+            len(now.memory) if now else report.keys,
             report.seq,
             report.verified,
             replayed,
             reason,
+            now.epoch if now else report.epoch,
         )
+
+    def _epoch(self, agent_id: str, read: str | None, replayed: int) -> str | None:
+        if not replayed:
+            return read
+        return self.snapshotter.take(agent_id, full=True).epoch
 
     def _replay(self, agent_id: str, after: int) -> int:
         return self.replayer(agent_id, after) if self.replayer else 0

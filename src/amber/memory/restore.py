@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -14,24 +16,17 @@ from psycopg_pool import ConnectionPool
 
 from amber import codec
 from amber.codec import CodecError, Entry
-from amber.errors import ConsistencyError
+from amber.errors import AmberError, ConsistencyError, StoreUnavailable
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
 from amber.memory.snapshot import Snapshot, SnapshotMeta, elapsed_ms, read_memory
 from amber.memory.working import redis_errors
+from amber.schema import sql
 
 log = logging.getLogger("amber.memory")
 
 PG_SNAPSHOTS_TRIED = 3
 """Snapshots in PostgreSQL tried, newest first, before a restore gives up."""
-
-_WRITERS: dict[str, Callable[[Any, str, Any], None]] = {
-    "string": lambda p, k, v: p.set(k, v),
-    "list": lambda p, k, v: p.rpush(k, *v),
-    "hash": lambda p, k, v: p.hset(k, mapping=v),
-    "set": lambda p, k, v: p.sadd(k, *v),
-    "zset": lambda p, k, v: p.zadd(k, {m: s for m, s in v}),
-}
 
 
 @dataclass(frozen=True)
@@ -45,6 +40,8 @@ class Loaded:
     seq: int
     stored_hash: str | None = None
     """The hash of the document as read back (None: compute it from ``memory``)."""
+    epoch: str | None = None
+    """The incarnation of the memory the snapshot was taken of."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +54,8 @@ class RestoreReport:
     hash: str
     ms: float
     verified: bool = True
+    epoch: str | None = None
+    """The new incarnation the restore started."""
 
 
 class ConsistencyVerifier:
@@ -78,7 +77,8 @@ class ConsistencyVerifier:
             )
 
     def verify(self, agent_id: str, expected_hash: str, expected_keys: int) -> Snapshot:
-        """After writing: L1 must now hold exactly the snapshot. Returns what was read."""
+        """After writing: L1 must now hold exactly the snapshot (read in full, trusting
+        nothing). Returns what was read; raises ``ConsistencyError`` otherwise."""
         snap = read_memory(self.redis, self.keys, agent_id)
         if snap.missing or len(snap.memory) != expected_keys or snap.hash != expected_hash:
             raise ConsistencyError(
@@ -108,18 +108,24 @@ def _flat(entry: Entry) -> bytes | list[bytes | str]:
 
 def apply_memory(
     client: redis.Redis, keys: Keys, agent_id: str, memory: dict[str, Entry], seq: int, ttl_ms: int
-) -> None:
-    """Replace the agent's whole L1 with ``memory`` in one Lua script (atomic).
+) -> str:
+    """Replace the agent's whole L1 with ``memory`` in one Lua script (atomic), as a new
+    incarnation; returns its epoch.
 
-    Stale keys are those the index lists. Keys an expired index no longer names
-    cannot be read through amber and expire by their own TTL.
+    Keys with an own TTL in the snapshot (``ttl_ms`` > 0) get it back, still marked as
+    intended; the others get ``ttl_ms``. Stale keys are those the index lists. Keys an
+    expired index no longer names cannot be read through amber and expire by their own TTL.
     """
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     for name, entry in memory.items():
         if entry.type != "string" and not entry.value:
             raise CodecError(f"key {name!r}: an empty {entry.type} cannot exist in Redis")
     names = list(memory)
-    payload = msgpack.packb([[memory[n].type, _flat(memory[n])] for n in names], use_bin_type=False)
+    payload = msgpack.packb(
+        [[memory[n].type, _flat(memory[n]), max(memory[n].ttl_ms, 0)] for n in names],
+        use_bin_type=False,
+    )
+    epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
     with redis_errors(agent_id):
         stale = {k.decode() for k in cast(list[bytes], client.hkeys(index_key))} - set(names)
         script = client.register_script(scripts.RESTORE)
@@ -127,26 +133,29 @@ def apply_memory(
             keys=[
                 index_key,
                 seq_key,
+                keys.l1_epoch(agent_id),
                 *(keys.l1(agent_id, n) for n in names),
                 *(keys.l1(agent_id, n) for n in sorted(stale)),
             ],
-            args=[payload, len(names), ttl_ms, seq, *names],
+            args=[payload, len(names), ttl_ms, seq, epoch, *names],
         )
+    return epoch
 
 
 Loader = Callable[[], Loaded | None]
 
 
-def _loaded(source: str, blob: bytes, recorded_hash: str, seq: int) -> Loaded:
+def _loaded(source: str, raw: bytes, recorded_hash: str, seq: int, epoch: str | None) -> Loaded:
     """Decode a stored snapshot, hashing the document as stored before trusting it."""
-    doc = codec.decode_document(codec.unpack(blob))
+    doc = codec.decode_document(raw)
     stored = codec.document_hash(doc)
-    return Loaded(source, codec.memory_from_document(doc), recorded_hash, seq, stored)
+    return Loaded(source, codec.memory_from_document(doc), recorded_hash, seq, stored, epoch)
 
 
 def _decode_row(row: tuple[Any, ...]) -> Loaded:
-    blob, digest, seq = row
-    return _loaded("postgresql_checkpoint", blob, str(digest), int(seq or 0))
+    blob, digest, seq, size, epoch = row
+    raw = codec.unpack(blob, size)
+    return _loaded("postgresql_checkpoint", raw, str(digest), int(seq or 0), epoch)
 
 
 class L1CacheRestorer:
@@ -174,8 +183,14 @@ class L1CacheRestorer:
             )
         if blob is None or meta_raw is None:
             return None
-        meta = SnapshotMeta.from_json(cast(bytes, meta_raw))
-        return _loaded("redis_secondary", cast(bytes, blob), meta.hash, meta.seq)
+        meta = SnapshotMeta.unseal(cast(bytes, meta_raw))
+        seq, raw = codec.unseal(cast(bytes, blob))
+        if seq != meta.seq:
+            raise ConsistencyError(
+                f"secondary snapshot is at sequence {seq}, its meta at {meta.seq}",
+                agent_id=agent_id,
+            )
+        return _loaded("redis_secondary", raw, meta.hash, meta.seq, meta.epoch)
 
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
         """The newest snapshot stored with a checkpoint in PostgreSQL."""
@@ -185,9 +200,7 @@ class L1CacheRestorer:
     def _pg_rows(self, analysis_id: object, agent_type: str, limit: int) -> list[tuple[Any, ...]]:
         with self.pg.connection() as conn:
             return conn.execute(
-                "SELECT l1_snapshot, l1_snapshot_hash, l1_snapshot_seq FROM agent_checkpoints"
-                " WHERE analysis_id = %s AND agent_type = %s AND l1_snapshot IS NOT NULL"
-                " ORDER BY id DESC LIMIT %s",
+                sql.SNAPSHOTS,
                 (check_uuid(analysis_id), check_id(agent_type, "agent_type"), limit),
             ).fetchall()
 
@@ -195,10 +208,12 @@ class L1CacheRestorer:
         """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch."""
         t0 = time.perf_counter()
         self.verifier.check_snapshot(agent_id, loaded)
-        apply_memory(self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms)
+        epoch = apply_memory(
+            self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms
+        )
         self.verifier.verify(agent_id, loaded.hash, len(loaded.memory))
         return RestoreReport(
-            loaded.source, len(loaded.memory), loaded.seq, loaded.hash, elapsed_ms(t0)
+            loaded.source, len(loaded.memory), loaded.seq, loaded.hash, elapsed_ms(t0), True, epoch
         )
 
     def _candidates(
@@ -226,10 +241,10 @@ class L1CacheRestorer:
                 if loaded is None:
                     continue
                 report = self.restore_loaded(agent_id, loaded)
-                return RestoreReport(
-                    report.source, report.keys, report.seq, report.hash, elapsed_ms(t0)
-                )
-            except (ConsistencyError, CodecError) as exc:
+                return dataclasses.replace(report, ms=elapsed_ms(t0))
+            except StoreUnavailable:
+                raise
+            except AmberError as exc:  # corrupt, unverifiable, or a key of the wrong type
                 log.warning("L1 restore of %s from %s failed: %s", agent_id, source, exc)
                 failures.append(f"{source}: {exc}")
         if failures:

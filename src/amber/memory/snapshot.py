@@ -25,6 +25,7 @@ from amber.errors import CheckpointNotFound, ConsistencyError, UnsupportedType
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
 from amber.memory.working import redis_errors, supported
+from amber.schema import sql
 
 READ_ATTEMPTS = 50
 """Times a snapshot read may start over because other writes came in between."""
@@ -34,6 +35,9 @@ READ_CHUNK = 500
 
 SNAPSHOTS_REMEMBERED = 1024
 """Agents whose latest snapshot a snapshotter keeps, to read only what changed next time."""
+
+Sealed = tuple[str, bytes, int, int]
+"""(key, sealed value, its sequence, TTL in ms): one value for ``write_sealed``."""
 
 CHUNKED_ATTEMPTS = 3
 """Chunked reads tried before one script reads a big memory whole."""
@@ -52,6 +56,10 @@ class Snapshot:
     """Each key's index entry when read ('<type>:<seq>:<time>' of its last write)."""
     reused: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
     """Canonical forms carried over from an earlier snapshot for keys that had not changed."""
+    epoch: str | None = None
+    """The incarnation of the memory read (see ``memory/scripts.py``); None: no memory."""
+    tags: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    """Each key's value tag when read (the tail of its DUMP)."""
 
     @cached_property
     def canonical(self) -> codec.Canonical:
@@ -66,10 +74,15 @@ class Snapshot:
         """SHA-256 over keys, types and values (not TTLs)."""
         return codec.canonical_hash(self.canonical)
 
-    def pack(self) -> bytes:
-        """The stored form: zstd canonical JSON."""
+    @cached_property
+    def raw(self) -> bytes:
+        """The snapshot document as canonical JSON bytes."""
         doc = codec.canonical_document(self.canonical)
-        return codec.pack(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))
+        return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+
+    def pack(self) -> bytes:
+        """The form PostgreSQL stores: zstd canonical JSON (``len(raw)`` bytes unpacked)."""
+        return codec.pack(self.raw)
 
     @property
     def indexed(self) -> bool:
@@ -87,19 +100,39 @@ class SnapshotMeta:
     checkpoint_id: str | None
     key_count: int
     seq: int
+    epoch: str | None = None
 
     def to_json(self) -> bytes:
         """The meta as JSON bytes."""
         return orjson.dumps(asdict(self))
+
+    def seal(self) -> bytes:
+        """The stored form: the JSON sealed with the snapshot's sequence and a checksum."""
+        return codec.seal(self.seq, self.to_json())
 
     @classmethod
     def from_json(cls, raw: bytes) -> SnapshotMeta:
         """Parse meta written by :meth:`to_json`; raises ``ConsistencyError`` if malformed."""
         try:
             doc = orjson.loads(raw)
-            return cls(**doc)
+            meta = cls(**doc)
         except (orjson.JSONDecodeError, TypeError) as exc:
             raise ConsistencyError(f"snapshot meta is corrupt: {exc}") from None
+        if not isinstance(meta.seq, int) or isinstance(meta.seq, bool) or meta.seq < 0:
+            raise ConsistencyError(f"snapshot meta has an invalid sequence {meta.seq!r}")
+        return meta
+
+    @classmethod
+    def unseal(cls, blob: bytes) -> SnapshotMeta:
+        """Inverse of :meth:`seal`, verified; raises ``ConsistencyError`` if damaged."""
+        try:
+            seq, raw = codec.unseal(blob)
+        except codec.CodecError as exc:
+            raise ConsistencyError(f"snapshot meta is corrupt: {exc}") from None
+        meta = cls.from_json(raw)
+        if meta.seq != seq:
+            raise ConsistencyError("snapshot meta names another sequence than its header")
+        return meta
 
 
 def _decode_reply(rtype: RedisType, reply: Any) -> codec.Value:
@@ -130,14 +163,21 @@ def read_memory(
     """
     agent_id = check_id(agent_id, "agent_id")
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
+    epoch_key = keys.l1_epoch(agent_id)
     script = client.register_script(scripts.READ)
     base = keys.l1_base(agent_id)  # names in the index were checked when written
     held = known.entries if known is not None else {}
+    held_tags = known.tags if known is not None else {}
 
     def read(names: list[str], total: int) -> list[Any] | None:
         reply = script(
-            keys=[index_key, seq_key, *(base + n for n in names)],
-            args=[*names, *(held.get(n, "") for n in names), total],
+            keys=[index_key, seq_key, epoch_key, *(base + n for n in names)],
+            args=[
+                *names,
+                *(held.get(n, "") for n in names),
+                *(held_tags.get(n, b"") for n in names),
+                total,
+            ],
         )
         return (
             cast(list[Any], msgpack.unpackb(reply, raw=True)) if isinstance(reply, bytes) else None
@@ -153,22 +193,28 @@ def read_memory(
             replies: list[Any] = []
             for i in range(0, max(len(names), 1), step):
                 part = read(names[i : i + step], len(names))
-                if part is None or (replies and part[0] != replies[0]):
+                if part is None or (replies and part[:2] != replies[:2]):
                     break
-                replies.extend(part if not replies else part[1:])
+                replies.extend(part if not replies else part[2:])
             else:
                 break
         else:
             raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
-        seq = int(replies[0]) if replies[0] not in (None, False) else 0
+        seq = _sequence(replies[0], agent_id)
+        epoch = replies[1].decode() if isinstance(replies[1], bytes) else None
         memory: dict[str, Entry] = {}
         entries: dict[str, str] = {}
+        tags: dict[str, bytes] = {}
         reused: dict[str, tuple[Any, ...]] = {}
         missing: list[str] = []
         expired: list[str] = []
         retyped: dict[str, str] = {}
         for i, name in enumerate(names):
-            entry, actual = (x.decode() for x in replies[1 + 3 * i : 3 + 3 * i])
+            at = 2 + 5 * i
+            entry, actual = (x.decode() for x in replies[at : at + 2])
+            value, tag, own_ttl = replies[at + 2 : at + 5]
+            if isinstance(tag, bytes):
+                tags[name] = tag
             if actual == "same" and known is not None:
                 memory[name], entries[name] = known.memory[name], entry
                 reused[name] = known.canonical[name]
@@ -185,7 +231,8 @@ def read_memory(
                     key=name,
                 )
             rtype = cast(RedisType, actual)
-            memory[name] = Entry(rtype, _decode_reply(rtype, replies[3 + 3 * i]))
+            ttl = int(own_ttl) if isinstance(own_ttl, int) and own_ttl > 0 else codec.NO_TTL
+            memory[name] = Entry(rtype, _decode_reply(rtype, value), ttl)
             indexed_type, _, stamp = entry.partition(":")
             if actual != indexed_type:
                 entry = f"{actual}:{stamp}"
@@ -195,7 +242,22 @@ def read_memory(
             client.hset(index_key, mapping=cast(dict[Any, Any], retyped))
         if expired:
             client.hdel(index_key, *expired)
-    return Snapshot(agent_id, memory, seq, tuple(missing), entries, reused)
+    return Snapshot(agent_id, memory, seq, tuple(missing), entries, reused, epoch, tags)
+
+
+def _sequence(raw: Any, agent_id: str) -> int:
+    """The agent's sequence as stored; garbage there is a ``ConsistencyError``, not a crash."""
+    if raw in (None, False):
+        return 0
+    try:
+        seq = int(raw)
+    except (TypeError, ValueError):
+        raise ConsistencyError(
+            f"the agent's sequence key holds {raw!r}, not a sequence", agent_id=agent_id
+        ) from None
+    if not 0 <= seq < 2**63:
+        raise ConsistencyError(f"the agent's sequence {seq} is out of range", agent_id=agent_id)
+    return seq
 
 
 def _now() -> str:
@@ -245,30 +307,40 @@ class L1CacheSnapshotter:
     def meta(self, snap: Snapshot, checkpoint_id: object | None = None) -> SnapshotMeta:
         """The meta that goes beside ``snap``."""
         cid = check_uuid(checkpoint_id, "checkpoint_id") if checkpoint_id is not None else None
-        return SnapshotMeta(snap.agent_id, _now(), snap.hash, cid, len(snap.memory), snap.seq)
+        return SnapshotMeta(
+            snap.agent_id, _now(), snap.hash, cid, len(snap.memory), snap.seq, snap.epoch
+        )
 
-    def write_secondary(self, pipe: Any, meta: SnapshotMeta, blob: bytes) -> None:
-        """Queue the secondary's two SETs on ``pipe`` (the caller executes it)."""
-        pipe.set(self.keys.l1_snapshot(meta.agent_id), blob, px=self.ttl_ms)
-        pipe.set(self.keys.l1_snapshot_meta(meta.agent_id), meta.to_json(), px=self.ttl_ms)
+    def secondary(self, meta: SnapshotMeta, snap: Snapshot) -> list[Sealed]:
+        """The secondary's two values as (key, sealed value, sequence, TTL ms), for
+        ``scripts.WRITE_SEALED``: never written over a newer snapshot."""
+        return [
+            (self.keys.l1_snapshot(meta.agent_id), codec.seal(meta.seq, snap.raw), meta.seq,
+             self.ttl_ms),
+            (self.keys.l1_snapshot_meta(meta.agent_id), meta.seal(), meta.seq, self.ttl_ms),
+        ]  # fmt: skip
 
     def store(
         self, snap: Snapshot, checkpoint_id: object | None = None, dual_write: bool = False
     ) -> SnapshotMeta:
         """Write an already-taken snapshot to the secondary (and into the checkpoint row)."""
         meta = self.meta(snap, checkpoint_id)
-        blob = snap.pack()
-        with redis_errors(snap.agent_id), self.redis.pipeline(transaction=True) as pipe:
-            self.write_secondary(pipe, meta, blob)
-            pipe.execute()
+        write_sealed(self.redis, snap.agent_id, self.secondary(meta, snap))
         if dual_write:
             if meta.checkpoint_id is None:
                 raise CheckpointNotFound("dual_write needs a checkpoint_id", agent_id=snap.agent_id)
             with self.pg.connection() as conn:
                 cur = conn.execute(
-                    "UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_hash = %s,"
-                    " l1_snapshot_seq = %s WHERE checkpoint_id = %s",
-                    (blob, meta.hash, meta.seq, meta.checkpoint_id),
+                    sql.ATTACH_SNAPSHOT,
+                    (
+                        snap.pack(),
+                        meta.hash,
+                        meta.seq,
+                        len(snap.raw),
+                        meta.epoch,
+                        meta.key_count,
+                        meta.checkpoint_id,
+                    ),
                 )
                 if cur.rowcount == 0:
                     raise CheckpointNotFound(
@@ -282,7 +354,22 @@ class L1CacheSnapshotter:
         """Meta of the latest snapshot in the Redis secondary, or None."""
         with redis_errors(agent_id):
             raw = self.redis.get(self.keys.l1_snapshot_meta(agent_id))
-        return SnapshotMeta.from_json(cast(bytes, raw)) if raw is not None else None
+        return SnapshotMeta.unseal(cast(bytes, raw)) if raw is not None else None
+
+
+def write_sealed(
+    client: redis.Redis, agent_id: str, items: list[tuple[str, bytes, int, int]]
+) -> int:
+    """Store (key, sealed value, sequence, TTL ms) items in one script, each only if its
+    key holds no newer sealed value; returns how many were written."""
+    args: list[Any] = []
+    for _, value, seq, ttl_ms in items:
+        args += [value, codec.seal_seq(seq), ttl_ms]
+    with redis_errors(agent_id):
+        written = client.register_script(scripts.WRITE_SEALED)(
+            keys=[key for key, *_ in items], args=args
+        )
+    return int(cast(int, written))
 
 
 def elapsed_ms(t0: float) -> float:

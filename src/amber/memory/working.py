@@ -16,7 +16,7 @@ from typing import Any, cast
 import redis
 
 from amber.codec import REDIS_TYPES, RedisType
-from amber.errors import InvalidValue, StoreUnavailable, WrongType
+from amber.errors import InvalidValue, MemoryLost, StoreUnavailable, WrongType
 from amber.keys import Keys, check_id, check_key
 from amber.memory import scripts
 
@@ -41,6 +41,13 @@ def redis_errors(agent_id: str, name: str | None = None) -> Iterator[None]:
         yield
     except redis.ResponseError as exc:
         text = str(exc)
+        if text.startswith(scripts.LOST):
+            raise MemoryLost(
+                "working memory was lost or replaced in Redis since it was recovered"
+                f" (epoch now {text.split()[-1]!r}); recover it first",
+                agent_id=agent_id,
+                key=name,
+            ) from None
         if "WRONGTYPE" in text:
             raise WrongType(
                 f"key {name!r} holds another type ({text.split()[-1].lower()})",
@@ -65,6 +72,11 @@ class AgentMemory:
 
     Values go in as bytes, str, int or float and come out as bytes, like redis-py
     with ``decode_responses=False``.
+
+    A *guarded* memory (see :meth:`guard`) holds the epoch of the incarnation it was
+    recovered as; every read and write then checks it atomically on the server and
+    raises ``MemoryLost`` when Redis holds another (or none), instead of answering
+    from a memory that silently lost data.
     """
 
     def __init__(
@@ -82,6 +94,11 @@ class AgentMemory:
         self.journal = journal
         self._index = keys.l1_index(agent_id)
         self._seq = keys.l1_seq(agent_id)
+        self._epoch = keys.l1_epoch(agent_id)
+        self.guarded = False
+        self.epoch: str | None = None
+        """The incarnation this memory expects, when guarded (None: none yet)."""
+        self._read_script = client.register_script(scripts.READ_ONE)
         self._write_script = client.register_script(scripts.WRITE)
         self._delete_script = client.register_script(scripts.DELETE)
         self._expire_script = client.register_script(scripts.EXPIRE)
@@ -89,6 +106,30 @@ class AgentMemory:
     def key(self, name: str) -> str:
         """Full Redis key of ``name``."""
         return self.keys.l1(self.agent_id, name)
+
+    def guard(self, epoch: str | None) -> None:
+        """Expect the incarnation ``epoch`` (None: no memory yet) from now on.
+
+        The first write into a memory guarded with None starts an incarnation and
+        this object adopts it.
+        """
+        self.guarded = True
+        self.epoch = epoch
+
+    def current_epoch(self) -> str | None:
+        """The incarnation Redis holds now (None: no memory)."""
+        with redis_errors(self.agent_id):
+            raw = self.redis.get(self._epoch)
+        return raw.decode() if isinstance(raw, bytes) else None
+
+    def _expected(self) -> str:
+        if not self.guarded:
+            return ""
+        return self.epoch or "-"
+
+    def _adopt(self, epoch: Any) -> None:
+        if self.guarded and isinstance(epoch, bytes):
+            self.epoch = epoch.decode()
 
     # -- writes -----------------------------------------------------------------------
     def _write(self, command: str, name: str, *args: Any) -> Any:
@@ -116,25 +157,28 @@ class AgentMemory:
 
     def _apply(self, command: str, name: str, args: list[Any], seq: int | None) -> Any:
         with redis_errors(self.agent_id, name):
-            result, _ = self._write_script(
-                keys=[self.key(name), self._index, self._seq],
+            result, _, epoch = self._write_script(
+                keys=[self.key(name), self._index, self._seq, self._epoch],
                 args=[
                     command,
                     name,
                     COMMAND_TYPES[command],
                     self.ttl_ms,
                     "" if seq is None else seq,
+                    self._expected(),
                     *args,
                 ],
             )
+        self._adopt(epoch)
         return result
 
     def _delete(self, names: list[str], seq: int | None) -> int:
         with redis_errors(self.agent_id):
-            removed, _ = self._delete_script(
-                keys=[self._index, self._seq, *(self.key(n) for n in names)],
-                args=[self.ttl_ms, "" if seq is None else seq, *names],
+            removed, _, epoch = self._delete_script(
+                keys=[self._index, self._seq, self._epoch, *(self.key(n) for n in names)],
+                args=[self.ttl_ms, "" if seq is None else seq, self._expected(), *names],
             )
+        self._adopt(epoch)
         return int(removed)
 
     def replay(self, command: str, name: str, args: list[Any], seq: int) -> None:
@@ -234,62 +278,76 @@ class AgentMemory:
 
     def _expire(self, name: str, ttl_ms: int, seq: int | None) -> bool:
         with redis_errors(self.agent_id, name):
-            done, _ = self._expire_script(
-                keys=[self.key(name), self._index, self._seq],
-                args=[name, ttl_ms, self.ttl_ms, "" if seq is None else seq],
+            done, _, epoch = self._expire_script(
+                keys=[self.key(name), self._index, self._seq, self._epoch],
+                args=[name, ttl_ms, self.ttl_ms, "" if seq is None else seq, self._expected()],
             )
+        self._adopt(epoch)
         return bool(done)
 
     # -- reads --------------------------------------------------------------------------
-    def _read(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _read(self, name: str, command: str, *args: Any) -> Any:
+        """Run a read command on one key; guarded, in one script that checks the epoch."""
+        key = self.key(name)
         with redis_errors(self.agent_id, name):
-            return fn(self.key(name), *args)
+            if not self.guarded:
+                return self.redis.execute_command(command, key, *args)  # type: ignore[no-untyped-call]
+            return self._read_script(
+                keys=[self._epoch, key], args=[self._expected(), command, *args]
+            )
 
     def get(self, name: str) -> bytes | None:
         """Value of a string key, or None."""
-        return cast(bytes | None, self._read(name, self.redis.get))
+        return cast(bytes | None, self._read(name, "GET"))
 
     def exists(self, name: str) -> bool:
         """Whether the key exists."""
-        return bool(self._read(name, self.redis.exists))
+        return bool(self._read(name, "EXISTS"))
 
     def ttl(self, name: str) -> int:
         """Seconds the key has left (-1 none, -2 missing)."""
-        return int(self._read(name, self.redis.ttl))
+        return int(self._read(name, "TTL"))
 
     def type(self, name: str) -> str:
         """Redis type of the key ('none' if missing)."""
-        raw = self._read(name, self.redis.type)
+        raw = self._read(name, "TYPE")
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     def lrange(self, name: str, start: int, end: int) -> list[bytes]:
         """Elements of a list between two indexes, inclusive."""
-        return cast(list[bytes], self._read(name, self.redis.lrange, start, end))
+        return cast(list[bytes], self._read(name, "LRANGE", start, end))
 
     def llen(self, name: str) -> int:
         """Length of a list."""
-        return int(self._read(name, self.redis.llen))
+        return int(self._read(name, "LLEN"))
 
     def hget(self, name: str, key: Scalar) -> bytes | None:
         """One hash field, or None."""
-        return cast(bytes | None, self._read(name, self.redis.hget, key))
+        return cast(bytes | None, self._read(name, "HGET", key))
 
     def hgetall(self, name: str) -> dict[bytes, bytes]:
         """All fields of a hash."""
-        return cast(dict[bytes, bytes], self._read(name, self.redis.hgetall))
+        flat = self._read(name, "HGETALL")
+        if isinstance(flat, dict):
+            return cast(dict[bytes, bytes], flat)
+        it = iter(cast(list[bytes], flat))
+        return dict(zip(it, it, strict=True))
 
     def smembers(self, name: str) -> ByteSet:
         """All members of a set."""
-        return cast(ByteSet, self._read(name, self.redis.smembers))
+        return set(cast(list[bytes] | ByteSet, self._read(name, "SMEMBERS")))
 
     def zrange(
         self, name: str, start: int, end: int, withscores: bool = False
     ) -> list[bytes] | list[tuple[bytes, float]]:
         """Members of a zset by rank, optionally with scores."""
-        return cast(
-            list[bytes] | list[tuple[bytes, float]],
-            self._read(name, self.redis.zrange, start, end, False, withscores),
-        )
+        if not withscores:
+            return cast(list[bytes], self._read(name, "ZRANGE", start, end))
+        flat = cast(list[Any], self._read(name, "ZRANGE", start, end, "WITHSCORES"))
+        if flat and isinstance(flat[0], tuple | list):
+            return [(bytes(m), float(s)) for m, s in flat]
+        it = iter(flat)
+        return [(m, float(s)) for m, s in zip(it, it, strict=True)]
 
     def keys_list(self) -> list[str]:
         """Names of every key in this memory, from the index (sorted)."""

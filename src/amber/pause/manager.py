@@ -1,10 +1,15 @@
 """``PauseManager``: stop a whole analysis for days, and continue it with zero duplicate work.
 
-Pause: every agent gets a checkpoint with a forced dual snapshot (Redis secondary
-and PostgreSQL) and its keys the paused TTL; a durable pause record says who, why,
-when and each agent's state. Resume: every agent's working memory is recovered by
-the fastest complete and correct tier, TTLs go back to active, and the coordinator
-continues each agent from its next pending subtask.
+Pause: the status becomes ``paused`` (one guarded UPDATE) and a durable pause record
+says who, why and when. Then whoever holds the analysis's runner lock freezes its
+agents: every agent gets a checkpoint with its L1 snapshot in Redis and PostgreSQL,
+its keys the paused TTL. A live runner does it at its next subtask boundary (the
+pause never writes under a running subtask); with no live runner, ``pause`` takes
+the lock and does it itself, from any process, in every durability mode.
+
+Resume: take the runner lock, recover every agent's working memory by the fastest
+complete and correct tier, continue each agent from its newest committed checkpoint.
+An analysis left ``running`` by a runner that died is taken over the same way.
 """
 
 from __future__ import annotations
@@ -12,17 +17,13 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-from psycopg.types.json import Jsonb
+from typing import Any
 
 from amber.agents.coordinator import AgentResult, LeadCoordinator
-from amber.errors import AnalysisStateError
-from amber.keys import check_uuid
+from amber.checkpoints.analyses import Analyses
+from amber.errors import AnalysisBusy, AnalysisStateError
+from amber.keys import check_id, check_uuid
 from amber.memory.recovery import RecoveryReport
-
-if TYPE_CHECKING:
-    from amber.engines.stack import Stack
 
 log = logging.getLogger("amber.pause")
 
@@ -39,12 +40,19 @@ class PauseReport:
     already_paused: bool = False
     agents: list[dict[str, Any]] = field(default_factory=list)
     """Per agent: type, id, checkpoint id, progress, keys in its snapshot, snapshot hash."""
+    pending: bool = False
+    """A live runner holds the analysis: it freezes the agents at its next subtask boundary."""
 
     @property
     def message(self) -> str:
         """One line for people."""
         if self.already_paused:
             return f"analysis {self.analysis_id} was already paused ({self.reason}); nothing to do"
+        if self.pending:
+            return (
+                f"pausing analysis {self.analysis_id} ({self.reason}): its runner checkpoints"
+                " at the end of the subtask it is running"
+            )
         return f"paused analysis {self.analysis_id} ({self.reason}), {len(self.agents)} agent(s)"
 
 
@@ -58,6 +66,8 @@ class ResumeReport:
     recovery: dict[str, RecoveryReport] = field(default_factory=dict)
     results: dict[str, AgentResult] = field(default_factory=dict)
     paused_again: PauseReport | None = None
+    taken_over: bool = False
+    """The analysis was ``running`` with no live runner, and this resume took it over."""
 
     def _outcome(self, agent_type: str) -> dict[str, Any]:
         result = self.results.get(agent_type)
@@ -71,6 +81,7 @@ class ResumeReport:
         return {
             "analysis_id": self.analysis_id,
             "resumed": self.resumed,
+            "taken_over": self.taken_over,
             "message": self.message,
             "agents": {t: {**asdict(r), **self._outcome(t)} for t, r in self.recovery.items()},
             "paused_again": self.paused_again.reason if self.paused_again else None,
@@ -80,26 +91,24 @@ class ResumeReport:
 class PauseManager:
     """Pauses and resumes analyses (DD-012, with DD-016's L1 durability)."""
 
-    def __init__(self, stack: Stack, coordinator: LeadCoordinator | None = None) -> None:
-        self.stack = stack
-        self.coordinator = coordinator or stack.coordinator
-        self.last_pause: PauseReport | None = None
-        self.coordinator.on_quota = lambda aid, result: self._pause_on_quota(aid, result)
-
-    def _pause_on_quota(self, analysis_id: str, result: AgentResult) -> None:
-        self.last_pause = self.pause(analysis_id, "quota_exhausted", by=result.agent_type)
+    def __init__(self, analyses: Analyses, coordinator: LeadCoordinator) -> None:
+        self.analyses = analyses
+        self.coordinator = coordinator
 
     def pause(self, analysis_id: object, reason: str, by: str = "amber") -> PauseReport:
         """Pause a running analysis; a second pause is a no-op that says so.
 
-        Raises ``AnalysisStateError`` for a finished analysis, ``AnalysisNotFound``
-        for an unknown one.
+        Returns at once when a live runner holds the analysis (``pending``: it freezes
+        its agents at the end of its current subtask); otherwise freezes them here.
+        Raises ``AnalysisStateError`` for a finished analysis, ``AnalysisNotFound`` for
+        an unknown one. If freezing fails the analysis stays paused, the failure is
+        recorded on the pause, and a resume recovers from the stored tiers.
         """
         aid = check_uuid(analysis_id)
-        st = self.stack
-        record = st.analyses.get(aid)
+        reason, by = check_id(reason, "reason"), check_id(by, "by")
+        record = self.analyses.get(aid)
         if record.status == "paused":
-            return PauseReport(aid, self._open_pause_reason(aid) or reason, None, True)
+            return self._already(aid, reason)
         if record.status in FINISHED:
             raise AnalysisStateError(
                 f"analysis is {record.status}; only a running analysis can be paused",
@@ -107,114 +116,97 @@ class PauseManager:
                 status=record.status,
             )
         try:
-            st.analyses.transition(aid, "paused", ("running",))
+            self.analyses.transition(aid, "paused", ("running",))
         except AnalysisStateError:
-            if st.analyses.get(aid).status == "paused":  # another process won the race
-                return PauseReport(aid, self._open_pause_reason(aid) or reason, None, True)
+            if self.analyses.get(aid).status == "paused":  # another process won the race
+                return self._already(aid, reason)
             raise
+        paused_at = self.analyses.record_pause(aid, reason, by)
         try:
-            return self._pause_agents(aid, reason, by)
-        except BaseException:
-            st.analyses.transition(aid, "running", ("paused",))  # not paused after all
+            with self.analyses.runner_lock(aid):
+                agents, _ = self.coordinator.prepare_agents(record)
+                try:
+                    states = self.coordinator.freeze(aid, agents)
+                finally:
+                    for agent in agents:
+                        self.coordinator.release(agent.agent_id)
+        except AnalysisBusy:
+            log.info("pause of %s requested; its runner freezes it", aid)
+            return PauseReport(aid, reason, paused_at, pending=True)
+        except BaseException as exc:
+            self.analyses.pause_failed(aid, f"{type(exc).__name__}: {exc}")
             raise
+        log.info("paused %s (%s) with %d agents", aid, reason, len(states))
+        return PauseReport(aid, reason, paused_at, False, states)
 
-    def _pause_agents(self, aid: str, reason: str, by: str) -> PauseReport:
-        st = self.stack
-        states = []
-        paused_ttl = st.settings.paused_ttl
-        for agent in self.coordinator.build_agents(aid):
-            cp = st.checkpointer.save_checkpoint(agent, None, dual_write=True)
-            backup = st.keys.checkpoint(aid, agent.agent_type)
-            keys = st.ttl_manager.extend_ttl_on_pause(agent.agent_id, extra_keys=[backup])
-            states.append(
-                {
-                    "agent_type": agent.agent_type,
-                    "agent_id": agent.agent_id,
-                    "checkpoint_id": cp.checkpoint_id,
-                    "completed": len(cp.completed_subtasks),
-                    "total": len(agent.subtasks),
-                    "next_subtask": cp.current_subtask,
-                    "l1_keys": keys,
-                    "l1_snapshot_hash": cp.l1_snapshot_hash,
-                }
-            )
-        with st.pg.connection() as conn:
-            row = conn.execute(
-                "INSERT INTO analysis_pauses (analysis_id, reason, paused_by, agents)"
-                " VALUES (%s, %s, %s, %s) RETURNING paused_at",
-                (aid, reason, by, Jsonb(states)),
-            ).fetchone()
-        log.info("paused %s (%s) with %d agents; TTL %ds", aid, reason, len(states), paused_ttl)
-        return PauseReport(aid, reason, row[0] if row else None, False, states)
+    def _already(self, aid: str, reason: str) -> PauseReport:
+        open_pause = self.analyses.open_pause(aid)
+        return PauseReport(aid, open_pause["reason"] if open_pause else reason, None, True)
 
-    def _open_pause_reason(self, aid: str) -> str | None:
-        with self.stack.pg.connection() as conn:
-            row = conn.execute(
-                "SELECT reason FROM analysis_pauses WHERE analysis_id = %s AND resumed_at IS NULL"
-                " ORDER BY id DESC LIMIT 1",
-                (aid,),
-            ).fetchone()
-        return str(row[0]) if row else None
+    def current_pause(self, analysis_id: object) -> PauseReport | None:
+        """The open pause of a paused analysis, or None when it is not paused."""
+        aid = check_uuid(analysis_id)
+        if self.analyses.get(aid).status != "paused":
+            return None
+        open_pause = self.analyses.open_pause(aid)
+        if open_pause is None:
+            return None
+        return PauseReport(
+            aid,
+            open_pause["reason"],
+            open_pause["paused_at"],
+            pending=open_pause["frozen_at"] is None,
+        )
 
     def resume(self, analysis_id: object, by: str = "amber", run: bool = True) -> ResumeReport:
-        """Recover every agent's memory, restore active TTLs, and continue the analysis.
+        """Recover every agent's memory and continue the analysis in this process.
 
-        Of two processes resuming at once, exactly one resumes; the other gets a report
-        with ``resumed=False`` saying so. With ``run=False`` the agents are recovered but
-        not run (the caller runs ``coordinator.run`` itself).
+        Resumes a paused analysis, or takes over a ``running`` one whose runner died.
+        When a live process runs it, returns ``resumed=False`` saying so. With
+        ``run=False`` the agents are recovered and the analysis is running, but not
+        run here (``coordinator.run`` runs it). A resume that fails before its run
+        starts leaves the analysis paused, with the failure on its pause record.
         """
         aid = check_uuid(analysis_id)
-        st = self.stack
-        record = st.analyses.get(aid)
+        by = check_id(by, "by")
+        record = self.analyses.get(aid)
+        if record.status in FINISHED:
+            raise AnalysisStateError(
+                f"analysis is {record.status}; only a paused analysis can be resumed",
+                analysis_id=aid,
+                status=record.status,
+            )
         try:
-            st.analyses.transition(aid, "running", ("paused",))
-        except AnalysisStateError:
-            status = st.analyses.get(aid).status
-            if status == "running":
-                return ResumeReport(
-                    aid,
-                    False,
-                    f"analysis {aid} is already running (resumed elsewhere, or never paused)",
-                )
-            raise
-        try:
-            recovery = self._recover_agents(aid, record.agents, by)
-        except BaseException:
-            st.analyses.transition(aid, "paused", ("running",))  # still paused: retry later
-            raise
-        report = ResumeReport(aid, True, f"resumed analysis {aid}", recovery)
-        if run:
-            self.last_pause = None
-            report.results = self.coordinator.run(aid)
-            report.paused_again = self.last_pause
-        return report
+            with self.analyses.runner_lock(aid):
+                return self._resume_owned(aid, by, run)
+        except AnalysisBusy:
+            return ResumeReport(aid, False, f"analysis {aid} is being run by another process")
 
-    def _recover_agents(
-        self, aid: str, agents: list[dict[str, Any]], by: str
-    ) -> dict[str, RecoveryReport]:
-        st = self.stack
-        recovery = {}
-        for entry in agents:
-            rep = st.recovery.recover_agent_state(entry["agent_id"], aid, entry["agent_type"])
-            st.checkpointer.extend_backup_ttl(
-                aid, entry["agent_type"], st.settings.checkpoint_backup_ttl
-            )
-            recovery[entry["agent_type"]] = rep
-        with st.pg.connection() as conn:
-            conn.execute(
-                "UPDATE analysis_pauses SET resumed_at = NOW(), resumed_by = %s,"
-                " resume_report = %s WHERE analysis_id = %s AND resumed_at IS NULL",
-                (by, Jsonb({t: asdict(r) for t, r in recovery.items()}), aid),
-            )
-        return recovery
+    def _resume_owned(self, aid: str, by: str, run: bool) -> ResumeReport:
+        record = self.analyses.get(aid)
+        taken_over = record.status == "running"
+        if not taken_over:
+            self.analyses.transition(aid, "running", ("paused",))  # raises for other states
+        try:
+            agents, recovery = self.coordinator.prepare_agents(record)
+        except BaseException as exc:
+            if not taken_over:
+                self.analyses.transition(aid, "paused", ("running",))  # still paused
+                self.analyses.pause_failed(aid, f"resume failed: {type(exc).__name__}: {exc}")
+            for entry in record.agents:
+                self.coordinator.release(entry["agent_id"])
+            raise
+        self.analyses.close_pause(aid, by, {t: asdict(r) for t, r in recovery.items()})
+        verb = "took over" if taken_over else "resumed"
+        report = ResumeReport(aid, True, f"{verb} analysis {aid}", recovery, taken_over=taken_over)
+        if not run:
+            for agent in agents:
+                self.coordinator.release(agent.agent_id)
+            return report
+        report.results = self.coordinator.run_prepared(aid, agents)
+        report.paused_again = self.current_pause(aid)
+        return report
 
     def pauses(self, analysis_id: object) -> list[dict[str, Any]]:
         """Every pause record of an analysis, oldest first."""
-        with self.stack.pg.connection() as conn:
-            cur = conn.execute(
-                "SELECT reason, paused_by, paused_at, agents, resumed_at, resumed_by"
-                " FROM analysis_pauses WHERE analysis_id = %s ORDER BY id",
-                (check_uuid(analysis_id),),
-            )
-            names = [c.name for c in cur.description or []]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        return self.analyses.pauses(analysis_id)

@@ -89,6 +89,30 @@ MIGRATIONS: list[str] = [
     CREATE INDEX idx_checkpoint_agent_seq ON agent_checkpoints (agent_id, l1_snapshot_seq DESC)
         WHERE l1_snapshot IS NOT NULL;
     """,
+    # 4: checkpoints numbered per agent (seq), written only as seq = previous + 1 by a
+    #    compare-and-set insert (checkpoints/sql.py); who wrote each; recorded sizes that
+    #    bound decompression; the L1 snapshot's epoch and key count. Pauses record when
+    #    their agents were frozen, and why that failed if it did.
+    """
+    ALTER TABLE agent_checkpoints ADD COLUMN seq BIGINT, ADD COLUMN writer TEXT,
+        ADD COLUMN state_size INT, ADD COLUMN l1_snapshot_size INT,
+        ADD COLUMN l1_snapshot_epoch TEXT, ADD COLUMN l1_snapshot_keys INT;
+    UPDATE agent_checkpoints c SET seq = n.rn FROM (
+        SELECT id, row_number() OVER (PARTITION BY analysis_id, agent_type ORDER BY id) AS rn
+        FROM agent_checkpoints) n
+    WHERE c.id = n.id;
+    ALTER TABLE agent_checkpoints ALTER COLUMN seq SET NOT NULL;
+    ALTER TABLE agent_checkpoints ADD CONSTRAINT agent_checkpoints_seq_key
+        UNIQUE (analysis_id, agent_type, seq);
+    ALTER TABLE agent_checkpoints
+        DROP CONSTRAINT agent_checkpoints_analysis_id_agent_type_checkpoint_time_key;
+    DROP INDEX idx_checkpoint_latest;
+    ALTER TABLE agent_checkpoints_archive ADD COLUMN seq BIGINT, ADD COLUMN writer TEXT,
+        ADD COLUMN state_size INT, ADD COLUMN l1_snapshot_size INT,
+        ADD COLUMN l1_snapshot_epoch TEXT, ADD COLUMN l1_snapshot_keys INT;
+    ALTER TABLE analysis_pauses ADD COLUMN frozen_at TIMESTAMPTZ, ADD COLUMN error TEXT;
+    UPDATE analysis_pauses SET frozen_at = paused_at;
+    """,
 ]
 
 

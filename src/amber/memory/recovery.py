@@ -107,7 +107,13 @@ class DualRecoveryStrategy:
         """
         t0 = time.perf_counter()
         check_id(agent_id, "agent_id")
-        snap = self.snapshotter.take(agent_id, full=True)
+        try:
+            snap = self.snapshotter.take(agent_id, full=True)
+        except StoreUnavailable:
+            raise
+        except AmberError as exc:  # garbage in the index or sequence: L1 is not trusted
+            log.warning("L1 of %s is unreadable: %s", agent_id, exc)
+            return self._restore(agent_id, analysis_id, agent_type, t0, f"L1 unreadable: {exc}")
         reference: Loaded | None = None
         if snap.indexed:
             loaders: list[Callable[[], Loaded | None]] = [
@@ -143,6 +149,11 @@ class DualRecoveryStrategy:
                 replayed,
                 epoch=self._epoch(agent_id, snap.epoch, replayed),
             )
+        return self._restore(agent_id, analysis_id, agent_type, t0, reason)
+
+    def _restore(
+        self, agent_id: str, analysis_id: object, agent_type: str, t0: float, reason: str
+    ) -> RecoveryReport:
         report = self.l1_restorer.restore_from_snapshot(agent_id, analysis_id, agent_type)
         if report is None:
             replayed = self._replay(agent_id, 0)

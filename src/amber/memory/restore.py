@@ -16,8 +16,8 @@ from psycopg_pool import ConnectionPool
 
 from amber import codec
 from amber.codec import CodecError, Entry
-from amber.errors import AmberError, ConsistencyError, StoreUnavailable
-from amber.keys import Keys, check_id, check_uuid
+from amber.errors import AmberError, ConsistencyError, InvalidIdentifier, StoreUnavailable
+from amber.keys import Keys, check_id, check_key, check_uuid
 from amber.memory import scripts
 from amber.memory.snapshot import Snapshot, SnapshotMeta, elapsed_ms, read_memory
 from amber.memory.working import redis_errors
@@ -127,7 +127,7 @@ def apply_memory(
     )
     epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
     with redis_errors(agent_id):
-        stale = {k.decode() for k in cast(list[bytes], client.hkeys(index_key))} - set(names)
+        stale = _valid_names(cast(list[bytes], client.hkeys(index_key))) - set(names)
         script = client.register_script(scripts.RESTORE)
         script(
             keys=[
@@ -140,6 +140,17 @@ def apply_memory(
             args=[payload, len(names), ttl_ms, seq, epoch, *names],
         )
     return epoch
+
+
+def _valid_names(raw: list[bytes]) -> set[str]:
+    """Index names that are key names amber could have written (garbage is left to expire)."""
+    names = set()
+    for k in raw:
+        try:
+            names.add(check_key(k.decode()))
+        except (UnicodeDecodeError, InvalidIdentifier):
+            log.warning("skipping a bad name in an L1 index: %r", k)
+    return names
 
 
 Loader = Callable[[], Loaded | None]

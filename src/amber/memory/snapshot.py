@@ -21,8 +21,8 @@ from psycopg_pool import ConnectionPool
 
 from amber import codec
 from amber.codec import Entry, RedisType
-from amber.errors import CheckpointNotFound, ConsistencyError, UnsupportedType
-from amber.keys import Keys, check_id, check_uuid
+from amber.errors import CheckpointNotFound, ConsistencyError, InvalidIdentifier, UnsupportedType
+from amber.keys import Keys, check_id, check_key, check_uuid
 from amber.memory import scripts
 from amber.memory.working import redis_errors, supported
 from amber.schema import sql
@@ -185,7 +185,7 @@ def read_memory(
 
     with redis_errors(agent_id):
         for attempt in range(READ_ATTEMPTS):
-            names = sorted(k.decode() for k in cast(list[bytes], client.hkeys(index_key)))
+            names = _names(cast(list[bytes], client.hkeys(index_key)), agent_id)
             # big memories go in chunks, each at the same sequence (every write bumps it),
             # so no single script holds the server long; if writers keep interfering,
             # one script reads everything
@@ -243,6 +243,17 @@ def read_memory(
         if expired:
             client.hdel(index_key, *expired)
     return Snapshot(agent_id, memory, seq, tuple(missing), entries, reused, epoch, tags)
+
+
+def _names(raw: list[bytes], agent_id: str) -> list[str]:
+    """Key names from the index; a name amber could not have written is a ``ConsistencyError``."""
+    try:
+        names = sorted(check_key(k.decode()) for k in raw)
+    except (UnicodeDecodeError, InvalidIdentifier) as exc:
+        raise ConsistencyError(
+            f"the agent's index holds a bad key name: {exc}", agent_id=agent_id
+        ) from None
+    return names
 
 
 def _sequence(raw: Any, agent_id: str) -> int:

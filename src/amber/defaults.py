@@ -35,6 +35,10 @@ CONNECT_TIMEOUT = 5.0
 PG_POOL_MAX = 8
 """Most PostgreSQL connections one stack opens."""
 
+RUNNER_GONE_WAIT = 1.0
+"""Seconds a pause or resume waits for a runner's lock after its process died (PostgreSQL
+frees it when it sees the connection close)."""
+
 MAX_RETRIES = 3
 """Times the coordinator retries a failing subtask before a failure checkpoint."""
 

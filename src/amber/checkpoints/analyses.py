@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,18 +90,24 @@ class Analyses:
             )
 
     @contextlib.contextmanager
-    def runner_lock(self, analysis_id: object) -> Iterator[None]:
+    def runner_lock(self, analysis_id: object, wait: float = 0.0) -> Iterator[None]:
         """Be the only process running (or pausing) this analysis, for the block.
 
         A session advisory lock on a connection held for the block: released when the
-        block ends, or when the process dies and its connection closes. A second
-        runner gets ``AnalysisBusy`` at once.
+        block ends, or when the process dies and PostgreSQL sees its connection close
+        (a moment after the death: ``wait`` seconds are allowed for that). Another
+        process gets ``AnalysisBusy``.
         """
         aid = check_uuid(analysis_id)
+        deadline = time.monotonic() + wait
         with self.pg.connection() as conn:
-            row = conn.execute(sql.TRY_RUNNER_LOCK, (sql.RUNNER_LOCK_SPACE, aid)).fetchone()
-            if not row or not row[0]:
-                raise AnalysisBusy("another process is running this analysis", analysis_id=aid)
+            while True:
+                row = conn.execute(sql.TRY_RUNNER_LOCK, (sql.RUNNER_LOCK_SPACE, aid)).fetchone()
+                if row and row[0]:
+                    break
+                if time.monotonic() >= deadline:
+                    raise AnalysisBusy("another process is running this analysis", analysis_id=aid)
+                time.sleep(0.05)
             try:
                 yield
             finally:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from amber import defaults
 from amber.agents.coordinator import AgentResult, LeadCoordinator
 from amber.checkpoints.analyses import Analyses
 from amber.errors import AnalysisBusy, AnalysisStateError
@@ -123,7 +124,7 @@ class PauseManager:
             raise
         paused_at = self.analyses.record_pause(aid, reason, by)
         try:
-            with self.analyses.runner_lock(aid):
+            with self.analyses.runner_lock(aid, defaults.RUNNER_GONE_WAIT):
                 agents, _ = self.coordinator.prepare_agents(record)
                 try:
                     states = self.coordinator.freeze(aid, agents)
@@ -177,7 +178,7 @@ class PauseManager:
                 status=record.status,
             )
         try:
-            with self.analyses.runner_lock(aid):
+            with self.analyses.runner_lock(aid, defaults.RUNNER_GONE_WAIT):
                 return self._resume_owned(aid, by, run)
         except AnalysisBusy:
             return ResumeReport(aid, False, f"analysis {aid} is being run by another process")

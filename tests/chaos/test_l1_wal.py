@@ -223,3 +223,46 @@ def test_reading_a_wal_agent_needs_no_log(
         writer.memory(agent_id).set("a", 1)  # the writer holds the agent's log
         assert reader.memory(agent_id).get("a") == b"1"
         assert reader.snapshotter.take(agent_id).memory["a"].value == b"1"
+
+
+def test_commands_of_20000_arguments_and_memories_of_20000_keys_replay(
+    engines: Engines, redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    # Lua's unpack() fails past ~8,000 arguments; a write that failed *after* it was
+    # logged would make the log unreplayable. Writes are chunked inside one script now.
+    n = 20_000
+    with _stack(engines, redis_server, tmp_path / "d", fsync="off") as stack:
+        agent = Probe(str(uuid.uuid4()), "AAPL", stack.memory(f"wal-{uuid.uuid4().hex[:6]}"))
+        mem = agent.l1_cache
+        agent.complete("one", agent.run_subtask("one"))
+        stack.checkpointer.save_checkpoint(agent, "one")
+        assert mem.rpush("big_list", *range(n)) == n
+        assert mem.lpush("big_list", *range(n)) == 2 * n
+        assert mem.hset("big_hash", mapping={f"f{i}": i for i in range(n)}) == n
+        assert mem.sadd("big_set", *range(n)) == n
+        assert mem.zadd("big_zset", {f"m{i}": float(i) for i in range(n)}) == n
+        assert mem.srem("big_set", *range(0, n, 2)) == n // 2
+        assert mem.hdel("big_hash", *(f"f{i}" for i in range(n))) == n
+        for i in range(n):  # a memory of 20,000 keys, each write logged
+            mem.set(f"k:{i}", i)
+        expected = read_memory(stack.redis, stack.keys, agent.agent_id)
+        assert len(expected.memory) == n + 4  # with the probe's own "log"
+        assert mem.lrange("big_list", 0, 2) == [b"19999", b"19998", b"19997"]
+
+        _restart(redis_server)
+        report = stack.recovery.recover_agent_state(
+            agent.agent_id, agent.analysis_id, "probe_agent"
+        )
+        assert report.replayed == 7 + n
+        after = read_memory(stack.redis, stack.keys, agent.agent_id)
+        assert after.hash == expected.hash and after.seq == expected.seq
+        # and the whole memory snapshots and restores as one
+        agent.complete("two", agent.run_subtask("two"))
+        stack.checkpointer.save_checkpoint(agent, "two", dual_write=True)
+        after = read_memory(stack.redis, stack.keys, agent.agent_id)
+        _restart(redis_server)
+        report = stack.recovery.recover_agent_state(
+            agent.agent_id, agent.analysis_id, "probe_agent"
+        )
+        assert report.path == "postgresql_checkpoint" and report.replayed == 0
+        assert read_memory(stack.redis, stack.keys, agent.agent_id).hash == after.hash

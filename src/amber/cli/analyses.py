@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from amber.agents.base import BaseAgent
-from amber.cli.app import OPTIONS, app, console, friendly
+from amber.cli.app import OPTIONS, app, console, err_console, friendly
 
 analyses_app = typer.Typer(help="Inspect analyses.", no_args_is_help=True)
 app.add_typer(analyses_app, name="analyses")
@@ -34,10 +34,13 @@ def list_analyses(
                 mine = latest.get(entry["agent_type"])
                 done = f"{mine['done']} of {mine['total']}" if mine else "not started"
                 progress.append(f"{entry['agent_type']}: {done}")
+            status = rec.status
+            if status == "running" and not stack.analyses.has_runner(rec.analysis_id):
+                status = "running (no runner: amber resume takes it over)"
             table.add_row(
                 rec.analysis_id,
                 rec.stock_ticker,
-                rec.status,
+                status,
                 "\n".join(progress),
                 rec.updated_at.strftime("%Y-%m-%d %H:%M"),
             )
@@ -51,7 +54,8 @@ def pause(
     reason: Annotated[str, typer.Option(help="Why (quota_exhausted, awaiting_review, ...).")],
     by: Annotated[str, typer.Option(help="Who pauses.")] = "cli",
 ) -> None:
-    """Pause a running analysis: dual snapshots, 14-day TTLs, a durable pause record."""
+    """Pause an analysis: its runner (or this command, if none is alive) snapshots every
+    agent to Redis and PostgreSQL, with 14-day TTLs and a durable pause record."""
     with OPTIONS.stack() as stack:
         report = stack.pause_manager.pause(analysis_id, reason, by)
     console.print(report.message)
@@ -68,7 +72,8 @@ def resume(
     analysis_id: str,
     by: Annotated[str, typer.Option(help="Who resumes.")] = "cli",
 ) -> None:
-    """Resume a paused analysis: recover each agent's memory, then continue its work."""
+    """Resume a paused analysis, or take over a running one whose runner died: recover
+    each agent's memory, then continue its work here."""
     with OPTIONS.stack() as stack:
         coordinator = stack.coordinator
         record = stack.analyses.get(analysis_id)
@@ -92,6 +97,9 @@ def resume(
 
             coordinator.on_progress = tick
             report = stack.pause_manager.resume(analysis_id, by)
+    if not report.resumed:
+        err_console.print(f"[red]error:[/red] {report.message}", highlight=False)
+        raise typer.Exit(1)
     console.print(report.message)
     for agent_type, r in report.recovery.items():
         result = report.results.get(agent_type)

@@ -164,9 +164,10 @@ class PauseManager:
 
         Resumes a paused analysis, or takes over a ``running`` one whose runner died.
         When a live process runs it, returns ``resumed=False`` saying so. With
-        ``run=False`` the agents are recovered and the analysis is running, but not
-        run here (``coordinator.run`` runs it). A resume that fails before its run
-        starts leaves the analysis paused, with the failure on its pause record.
+        ``run=False`` a paused analysis's agents are recovered and it is running, but
+        not run here (``coordinator.run`` runs it); a running one is left alone. A
+        resume that fails before its run starts leaves the analysis paused, with the
+        failure on its pause record.
         """
         aid = check_uuid(analysis_id)
         by = check_id(by, "by")
@@ -186,6 +187,8 @@ class PauseManager:
     def _resume_owned(self, aid: str, by: str, run: bool) -> ResumeReport:
         record = self.analyses.get(aid)
         taken_over = record.status == "running"
+        if taken_over and not run:  # taking over without running would orphan it again
+            return ResumeReport(aid, False, f"analysis {aid} is already running; nothing to resume")
         if not taken_over:
             self.analyses.transition(aid, "running", ("paused",))  # raises for other states
         try:

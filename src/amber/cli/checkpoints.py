@@ -8,9 +8,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from amber import codec
 from amber.cli.app import OPTIONS, app, console, friendly
-from amber.errors import CheckpointNotFound
 from amber.keys import check_uuid
 
 checkpoints_app = typer.Typer(help="Inspect checkpoints.", no_args_is_help=True)
@@ -61,15 +59,9 @@ def show(checkpoint_id: str) -> None:
     cid = check_uuid(checkpoint_id, "checkpoint_id")
     with OPTIONS.stack() as stack:
         cp = stack.checkpointer.get(cid)
-        with stack.pg.connection() as conn:
-            row = conn.execute(
-                "SELECT l1_snapshot FROM agent_checkpoints WHERE checkpoint_id = %s", (cid,)
-            ).fetchone()
-    if row is None:
-        raise CheckpointNotFound("no checkpoint with this id", checkpoint_id=cid)
+        memory = stack.checkpointer.snapshot_of(cid)
     doc = cp.to_doc()
-    if row[0] is not None:
-        memory = codec.unpack_memory(row[0])
+    if memory is not None:
         doc["l1_snapshot"] = {name: {"type": e.type} for name, e in sorted(memory.items())}
     console.print_json(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode())
 

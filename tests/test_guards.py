@@ -40,6 +40,23 @@ def _agent(stack: amber.Stack, uid: Callable[[str], str], aid: str | None = None
     return Two(aid or str(uuid.uuid4()), "AAPL", stack.memory(uid("guard")))
 
 
+def _filled(
+    stack: amber.Stack, uid: Callable[[str], str], dual_write: bool = True
+) -> tuple[Two, amber.Checkpoint]:
+    """An agent with a full memory and subtask "one" checkpointed."""
+    agent = _agent(stack, uid)
+    fill(agent.l1_cache)
+    agent.complete("one", agent.run_subtask("one"))
+    return agent, stack.checkpointer.save_checkpoint(agent, "one", dual_write=dual_write)
+
+
+def _lose(stack: amber.Stack, mem: AgentMemory, *extra: str) -> None:
+    """Delete a memory's keys, index and epoch, as a Redis restart would."""
+    k = stack.keys
+    names = [mem.key(n) for n in mem.keys_list()]
+    stack.redis.delete(*names, k.l1_index(mem.agent_id), k.l1_epoch(mem.agent_id), *extra)
+
+
 def _seqs(stack: amber.Stack, aid: str) -> list[int]:
     with stack.pg.connection() as conn:
         rows = conn.execute(
@@ -122,14 +139,8 @@ def test_a_guarded_memory_refuses_to_read_or_write_after_a_loss(
 def test_an_empty_memory_is_never_snapshotted_over_a_full_one(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
-    agent = _agent(stack, uid)
-    fill(agent.l1_cache)
-    agent.complete("one", agent.run_subtask("one"))
-    stack.checkpointer.save_checkpoint(agent, "one", dual_write=True)
-    mem, k = agent.l1_cache, stack.keys
-    names = [mem.key(n) for n in mem.keys_list()]
-    stack.redis.delete(*names, k.l1_index(mem.agent_id), k.l1_seq(mem.agent_id))
-    stack.redis.delete(k.l1_epoch(mem.agent_id))
+    agent, _ = _filled(stack, uid)
+    _lose(stack, agent.l1_cache, stack.keys.l1_seq(agent.agent_id))
     with pytest.raises(MemoryLost, match="empty"):
         stack.checkpointer.save_checkpoint(agent, None, dual_write=True)
     assert _seqs(stack, agent.analysis_id) == [1]
@@ -140,15 +151,11 @@ def test_recovery_refuses_a_memory_recreated_after_its_snapshot(
 ) -> None:
     # wal mode numbers writes from its log, so a memory written again after a loss can
     # carry a higher sequence than the snapshot: only the epoch tells it lost data
-    agent = _agent(stack, uid)
-    fill(agent.l1_cache)
-    agent.complete("one", agent.run_subtask("one"))
-    stack.checkpointer.save_checkpoint(agent, "one", dual_write=True)
-    mem, k = agent.l1_cache, stack.keys
+    agent, _ = _filled(stack, uid)
+    mem = agent.l1_cache
     seq = mem.sequence()
-    names = [mem.key(n) for n in mem.keys_list()]
-    stack.redis.delete(*names, k.l1_index(mem.agent_id), k.l1_epoch(mem.agent_id))
-    stack.redis.set(k.l1_seq(mem.agent_id), seq + 100)
+    _lose(stack, mem)
+    stack.redis.set(stack.keys.l1_seq(mem.agent_id), seq + 100)
     stack.memory(mem.agent_id).set("after_the_loss", "x")
     report = stack.recovery.recover_agent_state(mem.agent_id, agent.analysis_id, Two.agent_type)
     assert report.path != "l1_existing" and "re-created" in report.reason
@@ -159,10 +166,7 @@ def test_recovery_refuses_a_memory_recreated_after_its_snapshot(
 def test_verified_is_false_when_nothing_could_be_compared(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
-    agent = _agent(stack, uid)
-    fill(agent.l1_cache)
-    agent.complete("one", agent.run_subtask("one"))
-    stack.checkpointer.save_checkpoint(agent, "one")
+    agent, _ = _filled(stack, uid, dual_write=False)
     same = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, Two.agent_type)
     assert same.path == "l1_existing" and same.verified  # at the snapshot's sequence: hashed
     agent.l1_cache.set("newer", "than the snapshot")
@@ -193,10 +197,7 @@ def test_a_flipped_bit_in_snapshot_meta_falls_through_to_postgresql(
 def test_garbage_in_the_sequence_key_is_repaired_from_a_snapshot(
     stack: amber.Stack, uid: Callable[[str], str], garbage: bytes
 ) -> None:
-    agent = _agent(stack, uid)
-    fill(agent.l1_cache)
-    agent.complete("one", agent.run_subtask("one"))
-    stack.checkpointer.save_checkpoint(agent, "one", dual_write=True)
+    agent, _ = _filled(stack, uid)
     stack.redis.set(stack.keys.l1_seq(agent.agent_id), garbage)
     report = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, Two.agent_type)
     assert report.path == "redis_secondary" and "unreadable" in report.reason
@@ -207,10 +208,7 @@ def test_garbage_in_the_sequence_key_is_repaired_from_a_snapshot(
 def test_a_decompression_bomb_is_corrupt_and_recovery_falls_through(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
-    agent = _agent(stack, uid)
-    fill(agent.l1_cache)
-    agent.complete("one", agent.run_subtask("one"))
-    good = stack.checkpointer.save_checkpoint(agent, "one", dual_write=True)
+    agent, good = _filled(stack, uid)
     agent.complete("two", agent.run_subtask("two"))
     bad = stack.checkpointer.save_checkpoint(agent, "two", dual_write=True)
     bomb = zstandard.compress(b"\0" * (64 * 1024 * 1024))  # a few KB that claim 64 MB
@@ -237,10 +235,7 @@ def test_a_decompression_bomb_is_corrupt_and_recovery_falls_through(
 def test_a_wrong_type_in_a_recovery_tier_is_skipped_with_its_reason(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
-    agent = _agent(stack, uid)
-    fill(agent.l1_cache)
-    agent.complete("one", agent.run_subtask("one"))
-    stack.checkpointer.save_checkpoint(agent, "one", dual_write=True)
+    agent, _ = _filled(stack, uid)
     for key in (
         stack.keys.l1_snapshot(agent.agent_id),
         stack.keys.l1_snapshot_meta(agent.agent_id),

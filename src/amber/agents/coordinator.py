@@ -9,6 +9,7 @@ runner freezes its agents at the next subtask boundary.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import uuid
@@ -164,18 +165,13 @@ class LeadCoordinator:
         return analysis_id
 
     def using(self, market: MarketDataClient | None = None) -> LeadCoordinator:
-        """A coordinator on the same collaborators with its own market client and counters."""
-        return LeadCoordinator(
-            self.analyses,
-            self.checkpointer,
-            self.recovery,
-            self.ttl_manager,
-            self.retention,
-            self.memory,
-            self.settings,
-            self.release,
-            market,
-        )
+        """A coordinator on the same collaborators with its own market client, counters
+        and hooks."""
+        twin = copy.copy(self)
+        twin.market = market or MarketDataClient()
+        twin.subtask_starts, twin.reexecuted = Counter(), 0
+        twin.on_progress = twin.on_subtask_start = None
+        return twin
 
     # -- building agents ----------------------------------------------------------------
     def prepare_agents(

@@ -164,6 +164,8 @@ class Analysis:
     """Runner children sent to work on it so far (0: it was never run)."""
     takeover_due: bool = False
     """Left running by a dead runner: the next resume must take it over."""
+    reported: dict[str, int] = field(default_factory=dict)
+    """Call key -> excess repeats already reported as failures."""
 
 
 @dataclass
@@ -528,18 +530,20 @@ class Engine:
         counts.kills = count_phases(entries)
         counts.calls = sum(1 for e in entries if e.kind == CALL)
         counts.all_repeats, repeats = duplicate_calls(entries)
-        excess = sum(r.excess for r in repeats)
-        if excess > counts.duplicate_calls:
+        new = [r for r in repeats if r.excess > a.reported.get(r.key, 0)]
+        if new:
             detail = "; ".join(
-                f"{r.key} made {r.made}x ({r.excused} excused, pids {r.pids})" for r in repeats
+                f"{r.key} made {r.made}x ({r.excused} excused, pids {r.pids})" for r in new
             )
             self.tally.failures.append(f"{where}: duplicate calls: {detail}")
-        counts.duplicate_calls = excess
+            a.reported.update((r.key, r.excess) for r in new)
+        counts.duplicate_calls = sum(r.excess for r in repeats)
         if self.measure_reexecution:
             found = reexecutions(starts(entries), self._rows(a.aid))
             if len(found) > counts.reexecuted:
                 detail = "; ".join(
-                    f"{s.agent_type}/{s.subtask} from seq {s.seq} by {s.runner}" for s in found
+                    f"{s.agent_type}/{s.subtask} from seq {s.seq} by {s.runner}"
+                    for s in found[counts.reexecuted :]
                 )
                 self.tally.failures.append(f"{where}: re-executed committed work: {detail}")
             counts.reexecuted = len(found)

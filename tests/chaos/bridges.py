@@ -24,13 +24,11 @@ CHECKPOINT_COLUMNS = ("seq", "writer")
 """Columns of ``agent_checkpoints`` the re-execution invariant reads."""
 
 
-def missing_api(stack: amber.Stack) -> list[str]:
-    """The runtime members this engine relies on that the core does not have."""
+def missing_members() -> list[str]:
+    """The runtime members missing from the core's classes (no servers needed)."""
     missing = []
     if "preserve" not in inspect.signature(LeadCoordinator.start_analysis).parameters:
         missing.append("LeadCoordinator.start_analysis(..., preserve=)")
-    if not hasattr(stack.coordinator, "on_subtask_start"):
-        missing.append("LeadCoordinator.on_subtask_start")
     if not hasattr(AgentCheckpointer, "_cache"):
         missing.append("AgentCheckpointer._cache")
     if not hasattr(Analyses, "has_runner"):
@@ -38,6 +36,14 @@ def missing_api(stack: amber.Stack) -> list[str]:
     fields = getattr(PauseReport, "__dataclass_fields__", {})
     if "pending" not in fields and not hasattr(PauseReport, "pending"):
         missing.append("PauseReport.pending")
+    return missing
+
+
+def missing_api(stack: amber.Stack) -> list[str]:
+    """Every runtime member this engine relies on that the core does not have."""
+    missing = missing_members()
+    if not hasattr(stack.coordinator, "on_subtask_start"):
+        missing.append("LeadCoordinator.on_subtask_start")
     missing += [f"agent_checkpoints.{c}" for c in missing_columns(stack)]
     return missing
 

@@ -126,11 +126,12 @@ class CheckpointRow:
 
 def starts(entries: Iterable[Entry]) -> list[Start]:
     """Every ``start`` line."""
-    return [
-        Start(e.index, e.pid, *e.fields[1:3], int(e.fields[3]), e.fields[4], float(e.fields[5]))
-        for e in entries
-        if e.kind == START
-    ]
+    found = []
+    for e in entries:
+        if e.kind == START:
+            _, agent_type, subtask, seq, runner, at = e.fields
+            found.append(Start(e.index, e.pid, agent_type, subtask, int(seq), runner, float(at)))
+    return found
 
 
 def reexecutions(started: Iterable[Start], rows: Iterable[CheckpointRow]) -> list[Start]:

@@ -6,8 +6,9 @@ STAMP  := $(VENV)/.installed
 
 EXTERNAL_REDIS ?= redis://127.0.0.1:6379/0
 EXTERNAL_PG    ?= postgresql://postgres@127.0.0.1:5432/postgres
+ROUNDS         ?= 1000
 
-.PHONY: demo test test-external bench lint down clean
+.PHONY: demo test test-external chaos bench lint down clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,9 @@ test: $(STAMP)  ## the whole suite (embedded servers unless AMBER_*_URL are set)
 
 test-external: $(STAMP)  ## the suite against the machine's own Redis and PostgreSQL
 	AMBER_REDIS_URL=$(EXTERNAL_REDIS) AMBER_DATABASE_URL=$(EXTERNAL_PG) $(PY) -m pytest $(PYTEST_ARGS)
+
+chaos: $(STAMP)  ## kills, Redis losses and pause races on real analyses; prints a table (ROUNDS=, SEED=)
+	$(PY) -m tests.chaos.rounds --rounds $(ROUNDS) $(if $(SEED),--seed $(SEED))
 
 bench: $(STAMP)  ## every benchmark; each prints its table
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

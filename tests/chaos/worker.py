@@ -1,0 +1,178 @@
+"""One chaos child: run, resume or pause one analysis, writing what it does to the ledger.
+
+The engine starts children ahead of need (``python -m tests.chaos.worker``): each
+imports amber and waits. Its first stdin line is its order (JSON); it connects,
+installs its hooks and prints ``ready``. The second line, ``go``, starts the work;
+it prints ``done <json>`` (or ``error <json>``) at the end. Whatever the
+invariants need goes to the analysis's ledger before it can be lost: each market
+call before it is served, each subtask start, the phase it enters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import amber
+from amber.agents.market import call_key
+from amber.errors import AnalysisStateError
+from tests.chaos import bridges
+from tests.chaos.ledger import (
+    CACHEKILL,
+    CALL,
+    END,
+    ERROR,
+    GO,
+    PHASE,
+    START,
+    UNKNOWN_SEQ,
+    Ledger,
+)
+
+TICKER = "AAPL"
+ACTIONS = ("run", "resume", "pause")
+
+
+@dataclass(frozen=True)
+class Order:
+    """What one child does, and where."""
+
+    action: str
+    """``run`` (``coordinator.run``), ``resume`` (``pause_manager.resume``) or ``pause``."""
+    analysis_id: str
+    mode: str
+    """Durability mode of the analysis: hybrid, checkpoint or wal."""
+    redis_url: str
+    database_url: str
+    data_dir: str
+    prefix: str
+    ledger: str
+    cache_kill_at: int = 0
+    """Kill this process at the n-th checkpoint, between its PostgreSQL commit and its
+    Redis write (0: never)."""
+    dry: bool = False
+    """Bridge the runtime members the core lacks (see ``bridges``)."""
+
+    def to_json(self) -> str:
+        """One line."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, line: str) -> Order:
+        """Parse ``to_json``'s line."""
+        return cls(**json.loads(line))
+
+
+def connect(order: Order) -> amber.Stack:
+    """A stack in the analysis's durability mode (wal: every log write fsync'd)."""
+    settings: dict[str, Any] = {"durability": order.mode}
+    if order.mode == "wal":
+        settings["wal_fsync"] = "always"
+    return amber.connect(
+        order.redis_url, order.database_url, order.data_dir, order.prefix, **settings
+    )
+
+
+class LedgerMarket(amber.MarketDataClient):
+    """The market-data client, with every call written to the ledger before it is served."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        super().__init__()
+        self._ledger = ledger
+
+    def fetch(self, provider: str, endpoint: str, **params: Any) -> Any:
+        """Log the call, then make it."""
+        self._ledger.write(CALL, call_key(provider, endpoint, params))
+        return super().fetch(provider, endpoint, **params)
+
+
+def install(stack: amber.Stack, order: Order, ledger: Ledger) -> None:
+    """The ledger market, the subtask-start log and the kill after a commit."""
+    co = stack.coordinator
+    co.market = LedgerMarket(ledger)
+
+    def on_start(agent: Any, subtask: str) -> None:
+        if order.dry and not hasattr(agent, "checkpoint_seq"):
+            seq, runner = UNKNOWN_SEQ, f"pid-{os.getpid()}"
+        else:
+            seq, runner = int(agent.checkpoint_seq), str(agent.runner)
+        now = f"{time.time():.6f}"
+        ledger.write(START, agent.analysis_id, agent.agent_type, subtask, seq, runner, now)
+
+    if order.dry and not hasattr(co, "on_subtask_start"):
+        bridges.log_starts(on_start)
+    else:
+        co.on_subtask_start = on_start  # type: ignore[attr-defined]
+    if order.cache_kill_at > 0:
+        seen = [0]
+
+        def maybe_kill() -> None:
+            seen[0] += 1
+            if seen[0] == order.cache_kill_at:
+                ledger.write(CACHEKILL, seen[0])
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        bridges.after_commit(maybe_kill)
+
+
+def act(stack: amber.Stack, order: Order, ledger: Ledger) -> dict[str, Any]:
+    """Do the order's work; returns its outcome for the engine."""
+    aid = order.analysis_id
+    by = f"chaos-{os.getpid()}"
+    ledger.write(PHASE, order.action)
+    if order.action == "run":
+        results = stack.coordinator.run(aid)
+        return {"statuses": {t: r.status for t, r in results.items()}}
+    if order.action == "resume":
+        if order.dry:
+            bridges.take_over(stack, aid)
+        rep = stack.pause_manager.resume(aid, by=by)
+        statuses = {t: r.status for t, r in rep.results.items()}
+        return {"resumed": rep.resumed, "message": rep.message, "statuses": statuses}
+    try:
+        pause = stack.pause_manager.pause(aid, "chaos", by=by)
+    except AnalysisStateError as exc:  # finished before the pause got there
+        return {"refused": str(exc.context.get("status", exc))}
+    return {"pending": getattr(pause, "pending", None), "already": pause.already_paused}
+
+
+def main() -> int:
+    """Wait for an order, connect, wait for ``go``, work; 0 when the work returned."""
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # the engine closed its pool
+    order = Order.from_json(line)
+    if order.action not in ACTIONS:
+        raise ValueError(f"unknown action {order.action!r}")
+    ledger = Ledger(order.ledger)
+    stack: amber.Stack | None = None
+    try:
+        stack = connect(order)
+        install(stack, order, ledger)
+        print("ready", flush=True)
+        if sys.stdin.readline().strip() != "go":
+            return 0
+        ledger.write(GO, order.action, order.mode)
+        outcome = act(stack, order, ledger)
+        ledger.write(END, order.action, json.dumps(outcome, sort_keys=True))
+        print("done " + json.dumps(outcome), flush=True)
+        return 0
+    except Exception as exc:
+        ledger.write(ERROR, type(exc).__name__, str(exc)[:300])
+        traceback.print_exc()
+        print("error " + json.dumps({"type": type(exc).__name__, "message": str(exc)}), flush=True)
+        return 3
+    finally:
+        if stack is not None:
+            stack.close()
+        ledger.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

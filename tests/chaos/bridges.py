@@ -15,7 +15,8 @@ from typing import Any
 
 import amber
 from amber.agents.coordinator import LeadCoordinator
-from amber.checkpoints.analyses import RUNNER_LOCK_SPACE, Analyses
+from amber.checkpoints.analyses import Analyses
+from amber.schema.sql import RUNNER_LOCK_SPACE
 from amber.checkpoints.store import AgentCheckpointer
 from amber.memory.snapshot import L1CacheSnapshotter
 from amber.pause.manager import PauseReport

@@ -55,7 +55,8 @@ class PersistenceManager:
     left open by ``close()``); with neither, ``AMBER_REDIS_URL`` is used, else
     amber's embedded Redis under ``data_dir``. ``prefix`` defaults to
     ``AMBER_PREFIX`` (``amber``); ``session_ttl`` and ``task_ttl`` are seconds.
-    ``timeout`` bounds every connect and reply (default ``AMBER_CONNECT_TIMEOUT``).
+    ``timeout`` bounds every connect and reply; by default a connect is bounded by
+    ``AMBER_CONNECT_TIMEOUT`` and a reply by ``AMBER_COMMAND_TIMEOUT``.
     """
 
     def __init__(
@@ -71,7 +72,9 @@ class PersistenceManager:
     ) -> None:
         if redis_url is not None and client is not None:
             raise ValidationError("give redis_url or client, not both", field="client")
-        settings = load_settings(prefix=prefix, connect_timeout=timeout, data_dir=data_dir)
+        settings = load_settings(
+            prefix=prefix, connect_timeout=timeout, command_timeout=timeout, data_dir=data_dir
+        )
         self.keys = Keys(settings.prefix)
         self.session_ttl_ms = _ttl_ms(session_ttl, "session_ttl")
         self.task_ttl_ms = _ttl_ms(task_ttl, "task_ttl")
@@ -84,7 +87,7 @@ class PersistenceManager:
             client = aioredis.Redis.from_url(
                 url,
                 socket_connect_timeout=settings.connect_timeout,
-                socket_timeout=settings.connect_timeout,
+                socket_timeout=settings.command_timeout,
                 retry=Retry(NoBackoff(), 1),
             )
         else:

@@ -8,8 +8,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from amber import defaults
 from amber.agents.base import BaseAgent
+from amber.checkpoints.analyses import STATUSES
 from amber.cli.app import OPTIONS, app, console, friendly
+from amber.errors import InvalidValue
+from amber.keys import check_reason, check_uuid
 
 analyses_app = typer.Typer(help="Inspect analyses.", no_args_is_help=True)
 app.add_typer(analyses_app, name="analyses")
@@ -18,10 +22,16 @@ app.add_typer(analyses_app, name="analyses")
 @analyses_app.command("list")
 @friendly
 def list_analyses(
-    status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 50,
+    status: Annotated[
+        str | None, typer.Option(help=f"Only this status: {', '.join(STATUSES)}.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 50,
 ) -> None:
     """Analyses, newest first, with each agent's progress ("3 of 5 subtasks")."""
+    if status is not None and status not in STATUSES:
+        raise InvalidValue(
+            f"status must be one of {', '.join(STATUSES)}", field="status", value=status
+        )
     with OPTIONS.stack() as stack:
         records = stack.analyses.list(status, limit)
         table = Table("analysis", "ticker", "status", "agents", "updated")
@@ -52,6 +62,9 @@ def pause(
     by: Annotated[str, typer.Option(help="Who pauses.")] = "cli",
 ) -> None:
     """Pause a running analysis: dual snapshots, 14-day TTLs, a durable pause record."""
+    analysis_id = check_uuid(analysis_id)
+    check_reason(reason, "reason")
+    check_reason(by, "by")
     with OPTIONS.stack() as stack:
         report = stack.pause_manager.pause(analysis_id, reason, by)
     console.print(report.message)
@@ -69,6 +82,8 @@ def resume(
     by: Annotated[str, typer.Option(help="Who resumes.")] = "cli",
 ) -> None:
     """Resume a paused analysis: recover each agent's memory, then continue its work."""
+    analysis_id = check_uuid(analysis_id)
+    check_reason(by, "by")
     with OPTIONS.stack() as stack:
         coordinator = stack.coordinator
         record = stack.analyses.get(analysis_id)

@@ -105,3 +105,8 @@ def test_timeouts() -> None:
     assert cfg.connect_timeout == defaults.CONNECT_TIMEOUT == 1.0
     assert cfg.command_timeout == defaults.COMMAND_TIMEOUT >= 10
     assert load_settings(command_timeout=0.5, connect_timeout=0.25).command_timeout == 0.5
+
+
+def test_unknown_setting_given_as_none_is_refused_too() -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'prefx'"):
+        load_settings(prefx=None)

@@ -144,5 +144,9 @@ def load_settings(**overrides: object) -> Settings:
     malformed, an argument is not a setting, or an ``AMBER_*`` variable is unknown.
     """
     check_environment()
+    for name in overrides:
+        if name not in Settings.model_fields:  # None or not: a typo is refused either way
+            hint = _did_you_mean(name, list(Settings.model_fields))
+            raise ConfigError(f"unknown setting {name!r}{hint}", setting=name)
     given = {k: v for k, v in overrides.items() if v is not None}
     return Settings(**given)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from amber import defaults
@@ -87,26 +87,32 @@ def resume(
     with OPTIONS.stack() as stack:
         coordinator = stack.coordinator
         record = stack.analyses.get(analysis_id)
-        with Progress(
+        bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("subtasks"),
             console=console,
-        ) as bar:
-            tasks = {}
-            for entry in record.agents:
-                tasks[entry["agent_id"]] = bar.add_task(entry["agent_type"], total=None)
+        )
+        tasks: dict[str, TaskID] = {}
 
-            def tick(agent: BaseAgent) -> None:
-                bar.update(
-                    tasks[agent.agent_id],
-                    completed=len(agent.completed_subtasks),
-                    total=len(agent.subtasks),
-                )
+        def tick(agent: BaseAgent) -> None:
+            if not tasks:  # shown from the first subtask on: a refusal stays one line
+                bar.start()
+                for entry in record.agents:
+                    tasks[entry["agent_id"]] = bar.add_task(entry["agent_type"], total=None)
+            bar.update(
+                tasks[agent.agent_id],
+                completed=len(agent.completed_subtasks),
+                total=len(agent.subtasks),
+            )
 
-            coordinator.on_progress = tick
+        coordinator.on_progress = tick
+        try:
             report = stack.pause_manager.resume(analysis_id, by)
+        finally:
+            if bar.live.is_started:
+                bar.stop()
     console.print(report.message)
     for agent_type, r in report.recovery.items():
         result = report.results.get(agent_type)

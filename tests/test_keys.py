@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from amber import AmberError, InvalidIdentifier
-from amber.keys import Keys, check_id, check_key, check_uuid
+from amber import AmberError, InvalidIdentifier, InvalidValue, defaults
+from amber.keys import (
+    Keys,
+    check_id,
+    check_int,
+    check_key,
+    check_reason,
+    check_seq,
+    check_text,
+    check_ticker,
+    check_utf8,
+    check_uuid,
+    check_version,
+)
 
 K = Keys("amber")
 AID = "550e8400-e29b-41d4-a716-446655440000"
@@ -76,3 +88,70 @@ def test_non_strings_and_bad_uuids() -> None:
         Keys("bad*prefix")
     assert check_key("a:b:c") == "a:b:c"
     assert check_id("x" * 128) == "x" * 128
+
+
+@pytest.mark.parametrize("bad", ["\ud800", "a\udcffb", "\udfff"])
+def test_lone_surrogates_are_refused_before_redis(bad: str) -> None:
+    with pytest.raises(InvalidIdentifier, match="UTF-8") as info:
+        K.l1("agent", bad)
+    assert info.value.field == "key name"  # type: ignore[attr-defined]
+    with pytest.raises(InvalidIdentifier, match="agent_id"):
+        K.l1(bad, "k")
+
+
+def test_errors_name_the_field_and_shorten_long_values() -> None:
+    with pytest.raises(InvalidIdentifier) as info:
+        check_id("x" * 10_000, "session_id")
+    assert info.value.field == "session_id"  # type: ignore[attr-defined]
+    assert info.value.value == "x" * 10_000  # type: ignore[attr-defined]
+    assert len(str(info.value)) < 400 and "(10002 chars)" in str(info.value)
+
+
+def test_ticker() -> None:
+    assert check_ticker("BRK.B") == "BRK.B"
+    assert check_ticker("X" * defaults.TICKER_MAX_LEN) == "X" * 32
+    for bad in ["", "X" * 33, "A*", "AAPL:US", "\ud800", "A\x00", 5, None]:
+        with pytest.raises(InvalidIdentifier) as info:
+            check_ticker(bad)
+        assert info.value.field == "stock_ticker"  # type: ignore[attr-defined]
+
+
+def test_version() -> None:
+    assert check_version("2.1.3-beta") == "2.1.3-beta"
+    assert check_version("v" * defaults.VERSION_MAX_LEN) == "v" * 20
+    for bad in ["", "v" * 21, " 1.0", "1.0\n", "1\x00", "\ud800", 1.0, b"1.0"]:
+        with pytest.raises(InvalidValue, match="agent_version") as info:
+            check_version(bad)
+        assert info.value.field == "agent_version"  # type: ignore[attr-defined]
+
+
+def test_reason_and_text() -> None:
+    assert check_reason("quota exhausted\nretry tomorrow") == "quota exhausted\nretry tomorrow"
+    assert check_reason("r" * defaults.REASON_MAX_LEN, "by") == "r" * 1000
+    for bad in ["", "r" * 1001, "a\x00b", "\ud83d", b"why", None]:
+        with pytest.raises(InvalidValue) as info:
+            check_reason(bad, "by")
+        assert info.value.field == "by"  # type: ignore[attr-defined]
+    assert check_text("", "note", 5, allow_empty=True) == ""
+    assert check_text("émoji 😀", "note", 7) == "émoji 😀"
+    with pytest.raises(InvalidValue, match="longer than 3") as info:
+        check_text("abcd", "note", 3, agent_id="a1")
+    assert info.value.agent_id == "a1"  # type: ignore[attr-defined]
+
+
+def test_utf8() -> None:
+    assert check_utf8("a\x00b", "value") == "a\x00b"
+    assert check_utf8(b"\xff", "value") == b"\xff"
+    with pytest.raises(InvalidValue, match="surrogate") as info:
+        check_utf8("\udcff", "value", key="k")
+    assert info.value.key == "k"  # type: ignore[attr-defined]
+
+
+def test_int_and_seq() -> None:
+    assert check_int(5, "limit", 0, 10) == 5
+    assert check_seq(defaults.SEQ_MAX) == 2**63 - 1
+    for bad in [True, 1.0, "1", None, -1, 11]:
+        with pytest.raises(InvalidValue, match="limit"):
+            check_int(bad, "limit", 0, 10)
+    with pytest.raises(InvalidValue, match="seq"):
+        check_seq(2**63)

@@ -1,16 +1,31 @@
-"""One typed settings object, read from ``AMBER_*`` environment variables."""
+"""One typed settings object, read from ``AMBER_*`` environment variables.
+
+Unknown settings are refused, as keyword arguments and as ``AMBER_*`` variables
+(``AMBER_DURABILTY`` is a typo, not something to ignore), except the few
+variables in ``OTHER_VARIABLES`` that are read by something other than ``Settings``.
+"""
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from amber import defaults
-from amber.errors import ConfigError
+from amber.errors import AmberError, ConfigError
+from amber.keys import check_prefix
+
+ENV_PREFIX = "AMBER_"
+
+OTHER_VARIABLES = frozenset({"AMBER_APP"})
+"""``AMBER_*`` variables that are not settings but are allowed: ``AMBER_APP`` names
+the application (``module:attr``) the command line loads."""
 
 
 class Durability(StrEnum):
@@ -24,41 +39,114 @@ class Durability(StrEnum):
     """As ``checkpoint``, and every L1 write is logged to a local WAL first (ADR-003)."""
 
 
+def _url(value: str | None) -> str | None:
+    if value is not None and "\x00" in value:
+        raise ValueError("a URL cannot contain a NUL character")
+    return value
+
+
+def _path(value: Path) -> Path:
+    try:
+        raw = os.fsencode(value)
+    except UnicodeEncodeError:
+        raise ValueError("not a file system path: it holds a lone surrogate") from None
+    if b"\x00" in raw:
+        raise ValueError("a path cannot contain a NUL character")
+    return value
+
+
+def _prefix(value: str) -> str:
+    return check_prefix(value)  # InvalidIdentifier is a ValueError: pydantic reports it
+
+
+Url = Annotated[str | None, Field(max_length=defaults.URL_MAX_LEN), AfterValidator(_url)]
+Ttl = Annotated[int, Field(gt=0, le=defaults.TTL_MAX)]
+Timeout = Annotated[float, Field(gt=0, le=defaults.TIMEOUT_MAX, allow_inf_nan=False)]
+
+
 class Settings(BaseSettings):
-    """amber's configuration. Every field has an ``AMBER_`` environment variable."""
+    """amber's configuration. Every field has an ``AMBER_`` environment variable.
 
-    model_config = SettingsConfigDict(env_prefix="AMBER_", extra="ignore")
+    An unknown field or a malformed value raises ``ConfigError`` naming it.
+    """
 
-    redis_url: str | None = None
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+    redis_url: Url = None
     """Redis to use; None starts an embedded one under ``data_dir``."""
-    database_url: str | None = None
+    database_url: Url = None
     """PostgreSQL to use; None starts an embedded one under ``data_dir``."""
-    data_dir: Path = Path(defaults.DATA_DIR)
-    prefix: str = defaults.PREFIX
+    data_dir: Annotated[Path, AfterValidator(_path)] = Path(defaults.DATA_DIR)
+    prefix: Annotated[str, AfterValidator(_prefix)] = defaults.PREFIX
     durability: Durability = Durability(defaults.DURABILITY)
-    active_ttl: int = Field(defaults.ACTIVE_TTL, gt=0)
-    paused_ttl: int = Field(defaults.PAUSED_TTL, gt=0)
-    checkpoint_backup_ttl: int = Field(defaults.CHECKPOINT_BACKUP_TTL, gt=0)
-    snapshot_ttl: int = Field(defaults.SNAPSHOT_TTL, gt=0)
-    failed_retention: int = Field(defaults.FAILED_RETENTION, gt=0)
-    connect_timeout: float = Field(defaults.CONNECT_TIMEOUT, gt=0)
-    pg_pool_max: int = Field(defaults.PG_POOL_MAX, ge=1)
-    max_retries: int = Field(defaults.MAX_RETRIES, ge=0)
+    active_ttl: Ttl = defaults.ACTIVE_TTL
+    paused_ttl: Ttl = defaults.PAUSED_TTL
+    checkpoint_backup_ttl: Ttl = defaults.CHECKPOINT_BACKUP_TTL
+    snapshot_ttl: Ttl = defaults.SNAPSHOT_TTL
+    failed_retention: Ttl = defaults.FAILED_RETENTION
+    connect_timeout: Timeout = defaults.CONNECT_TIMEOUT
+    """Seconds a server has to accept a connection and answer a first command."""
+    command_timeout: Timeout = defaults.COMMAND_TIMEOUT
+    """Seconds one command may take once connected."""
+    pg_pool_max: int = Field(defaults.PG_POOL_MAX, ge=1, le=10_000)
+    max_retries: int = Field(defaults.MAX_RETRIES, ge=0, le=defaults.INT_MAX)
     wal_fsync: Literal["always", "batch", "off"] = defaults.WAL_FSYNC  # type: ignore[assignment]
     """fsync policy of the working-memory logs in the ``wal`` durability mode."""
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        hint = _did_you_mean(field, list(Settings.model_fields))
+        return ConfigError(f"unknown setting {field!r}{hint}", setting=field)
+    cause = first.get("ctx", {}).get("error")
+    message = cause.message if isinstance(cause, AmberError) else str(first["msg"])
+    message = message.removeprefix("Value error, ")
+    return ConfigError(f"invalid setting {ENV_PREFIX}{field.upper()}: {message}", setting=field)
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``AMBER_*`` environment variable amber reads: the settings' and the others."""
+    names = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    return frozenset(names) | OTHER_VARIABLES
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Raise ``ConfigError`` naming the first ``AMBER_*`` variable amber does not know."""
+    known = known_variables()
+    env = os.environ if environ is None else environ
+    for name in sorted(env):
+        upper = name.upper()  # settings are read whatever the case of the name
+        if upper.startswith(ENV_PREFIX) and upper not in known:
+            hint = _did_you_mean(upper, sorted(known))
+            raise ConfigError(
+                f"unknown environment variable {name}: not an amber setting{hint}",
+                variable=name,
+            )
 
 
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment, with non-None ``overrides`` on top.
 
-    Raises ``ConfigError`` naming the offending variable when a value is malformed.
+    Raises ``ConfigError`` naming the offending variable or argument when a value is
+    malformed, an argument is not a setting, or an ``AMBER_*`` variable is unknown.
     """
+    check_environment()
+    for name in overrides:
+        if name not in Settings.model_fields:  # None or not: a typo is refused either way
+            hint = _did_you_mean(name, list(Settings.model_fields))
+            raise ConfigError(f"unknown setting {name!r}{hint}", setting=name)
     given = {k: v for k, v in overrides.items() if v is not None}
-    try:
-        return Settings(**given)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(
-            f"invalid setting AMBER_{field.upper()}: {first['msg']}", setting=field
-        ) from None
+    return Settings(**given)

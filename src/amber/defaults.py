@@ -29,8 +29,15 @@ FAILED_RETENTION = 30 * DAY
 DURABILITY = "hybrid"
 """Default durability mode: checkpoint → Redis secondary; pause → Redis + PostgreSQL."""
 
-CONNECT_TIMEOUT = 5.0
-"""Seconds to wait for Redis or PostgreSQL to answer before StoreUnavailable."""
+CONNECT_TIMEOUT = 1.0
+"""Seconds a server has to accept a connection and answer a first command before
+StoreUnavailable (PostgreSQL's own startup is given libpq's minimum of 2 s)."""
+
+COMMAND_TIMEOUT = 30.0
+"""Seconds one command may take once connected (long Lua scripts, big snapshots)."""
+
+TIMEOUT_MAX = 24 * HOUR
+"""Longest connect or command timeout a setting accepts."""
 
 PG_POOL_MAX = 8
 """Most PostgreSQL connections one stack opens."""
@@ -42,11 +49,45 @@ frees it when it sees the connection close)."""
 MAX_RETRIES = 3
 """Times the coordinator retries a failing subtask before a failure checkpoint."""
 
+TTL_MAX = 100 * 365 * DAY
+"""Longest TTL or retention a setting accepts (a century: in effect, forever)."""
+
+# -- input limits: what amber accepts from callers, checked by ``amber.keys`` ---------------
 ID_MAX_LEN = 128
-"""Longest agent id, agent type or other identifier."""
+"""Longest agent id, agent type or other identifier (``VARCHAR(128)`` columns)."""
 
 KEY_MAX_LEN = 512
 """Longest L1 key name."""
+
+TICKER_MAX_LEN = 32
+"""Longest stock ticker (``stock_ticker VARCHAR(32)``)."""
+
+VERSION_MAX_LEN = 20
+"""Longest agent version (``agent_version VARCHAR(20)``)."""
+
+SUBTASK_MAX_LEN = 128
+"""Longest subtask name (``current_subtask VARCHAR(128)``)."""
+
+REASON_MAX_LEN = 1_000
+"""Longest pause reason, and longest name of who paused or resumed."""
+
+STATUS_MAX_LEN = 64
+"""Longest session status and task type (persistence module)."""
+
+URL_MAX_LEN = 4_096
+"""Longest Redis or PostgreSQL URL a setting accepts."""
+
+DOCUMENT_MAX_BYTES = 64 * 1024 * 1024
+"""Largest session, task or review document, as stored JSON (persistence module)."""
+
+INT_MAX = 2**31 - 1
+"""Largest value of an ``INT`` column (``retry_count``)."""
+
+BIGINT_MAX = 2**63 - 1
+"""Largest value of a ``BIGINT`` column, and largest row limit a listing accepts."""
+
+SEQ_MAX = BIGINT_MAX
+"""Largest L1 mutation sequence (``l1_snapshot_seq BIGINT``)."""
 
 SESSION_TTL = 24 * HOUR
 """Lifetime of a stored session, renewed by every save (persistence module)."""

@@ -2,13 +2,23 @@
 
 Every error amber raises on purpose is an ``AmberError``. Each takes a message
 and keyword context (``agent_id=...``, ``analysis_id=...``, ``checkpoint_id=...``),
-which is kept on ``.context`` and as attributes, shown in ``str()``, and survives
-pickling across processes.
+which is kept on ``.context`` and as attributes, shown in ``str()`` (long values
+shortened), and survives pickling across processes.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+_HEAD, _TAIL = 150, 80
+"""A context value's ``repr`` longer than both is shown as its start … its end."""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    if len(text) <= _HEAD + _TAIL:
+        return text
+    return f"{text[:_HEAD]}…{text[-_TAIL:]} ({len(text)} chars)"
 
 
 def _rebuild(cls: type[AmberError], message: str, context: dict[str, Any]) -> AmberError:
@@ -28,7 +38,7 @@ class AmberError(Exception):
     def __str__(self) -> str:
         if not self.context:
             return self.message
-        ids = ", ".join(f"{k}={v!r}" for k, v in self.context.items())
+        ids = ", ".join(f"{k}={_short(v)}" for k, v in self.context.items())
         return f"{self.message} ({ids})"
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -40,7 +50,7 @@ class ConfigError(AmberError):
 
 
 class InvalidIdentifier(AmberError, ValueError):
-    """An id or key name would be unsafe in a Redis key or SQL row; names the value."""
+    """An id or key name would be unsafe in a Redis key or SQL row; ``field`` names it."""
 
 
 class StoreUnavailable(AmberError):
@@ -90,7 +100,9 @@ class WrongType(AmberError, TypeError):
 
 
 class InvalidValue(AmberError, ValueError):
-    """A value cannot be stored (wrong Python type, empty argument list); names the key."""
+    """A value cannot be stored (wrong type, out of range, too long, not UTF-8).
+
+    ``field`` names the argument or setting, ``key`` the working-memory key."""
 
 
 class QuotaExceeded(AmberError):

@@ -1,4 +1,8 @@
-"""Identifier validation and every Redis key amber writes, built in one place.
+"""Input validation (identifiers, text, numbers) and every Redis key amber writes.
+
+Each ``check_*`` returns its value or raises an ``AmberError`` whose ``field``
+names what was refused: ``InvalidIdentifier`` for ids and key names,
+``InvalidValue`` for other values. The limits are ``amber.defaults``' ``*_MAX*``.
 
 All keys of one agent carry the Redis Cluster hash tag ``{agent_id}``, so they
 share a slot and one MULTI/EXEC or Lua script can read or write them together.
@@ -9,39 +13,59 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from amber import defaults
-from amber.errors import InvalidIdentifier
+from amber.errors import InvalidIdentifier, InvalidValue
+
+T = TypeVar("T")
 
 _GLOB_OR_BRACE = frozenset("*?[]{}\\")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def _utf8(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8 (it does not if it holds a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check(value: object, kind: str, max_len: int, allow_colon: bool) -> str:
+    def bad(why: str) -> InvalidIdentifier:
+        return InvalidIdentifier(f"{kind} {why}", field=kind, value=value)
+
     if not isinstance(value, str):
-        raise InvalidIdentifier(f"{kind} must be a string, got {type(value).__name__}", value=value)
+        raise bad(f"must be a string, got {type(value).__name__}")
     if not value:
-        raise InvalidIdentifier(f"{kind} is empty", value=value)
+        raise bad("is empty")
     if len(value) > max_len:
-        raise InvalidIdentifier(f"{kind} is longer than {max_len} characters", value=value)
+        raise bad(f"is longer than {max_len} characters")
     if _CONTROL.search(value):
-        raise InvalidIdentifier(f"{kind} contains a control character", value=value)
-    bad = sorted(set(value) & _GLOB_OR_BRACE)
-    if bad:
-        raise InvalidIdentifier(
-            f"{kind} contains {''.join(bad)!r}: glob characters, braces and backslashes "
-            "are not allowed",
-            value=value,
+        raise bad("contains a control character")
+    if not _utf8(value):
+        raise bad("is not valid UTF-8 (it holds a lone surrogate)")
+    glob = sorted(set(value) & _GLOB_OR_BRACE)
+    if glob:
+        raise bad(
+            f"contains {''.join(glob)!r}: glob characters, braces and backslashes are not allowed"
         )
     if not allow_colon and ":" in value:
-        raise InvalidIdentifier(f"{kind} contains ':', which separates key parts", value=value)
+        raise bad("contains ':', which separates key parts")
     if value != value.strip():
-        raise InvalidIdentifier(f"{kind} has leading or trailing whitespace", value=value)
+        raise bad("has leading or trailing whitespace")
     return value
 
 
 def check_id(value: object, kind: str = "identifier") -> str:
-    """Return ``value`` if it is a safe id (agent_id, agent_type, ...), else raise."""
+    """Return ``value`` if it is a safe id (agent_id, agent_type, ...), else raise.
+
+    Raises ``InvalidIdentifier`` naming ``kind``: not a string, empty, longer than
+    ``ID_MAX_LEN``, a control character, a lone surrogate, a glob character, brace,
+    backslash or colon, or leading or trailing whitespace.
+    """
     return _check(value, kind, defaults.ID_MAX_LEN, allow_colon=False)
 
 
@@ -57,12 +81,106 @@ def check_uuid(value: object, kind: str = "analysis_id") -> str:
     try:
         return str(uuid.UUID(str(value)))
     except (ValueError, TypeError, AttributeError):
-        raise InvalidIdentifier(f"{kind} is not a UUID", value=value) from None
+        raise InvalidIdentifier(f"{kind} is not a UUID", field=kind, value=value) from None
 
 
 def check_prefix(value: object) -> str:
     """Return ``value`` if it is usable as the key prefix, else raise."""
     return check_id(value, "prefix")
+
+
+def check_ticker(value: object, field: str = "stock_ticker") -> str:
+    """Return ``value`` if it is a usable stock ticker, else raise ``InvalidIdentifier``.
+
+    The rules of ``check_id``, at most ``TICKER_MAX_LEN`` characters.
+    """
+    return _check(value, field, defaults.TICKER_MAX_LEN, allow_colon=False)
+
+
+def check_text(
+    value: object, field: str, max_len: int, *, allow_empty: bool = False, **context: Any
+) -> str:
+    """Return ``value`` if it is storable text, else raise ``InvalidValue`` naming ``field``.
+
+    Storable: a ``str`` of at most ``max_len`` characters, without NUL (PostgreSQL
+    text cannot hold it) and without lone surrogates (it must encode as UTF-8);
+    empty only if ``allow_empty``. ``context`` (e.g. ``agent_id=...``) goes on the error.
+    """
+
+    def bad(why: str) -> InvalidValue:
+        return InvalidValue(f"{field} {why}", field=field, value=value, **context)
+
+    if not isinstance(value, str):
+        raise bad(f"must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise bad("is empty")
+    if len(value) > max_len:
+        raise bad(f"is longer than {max_len} characters")
+    if "\x00" in value:
+        raise bad("contains a NUL character")
+    if not _utf8(value):
+        raise bad("is not valid UTF-8 (it holds a lone surrogate)")
+    return value
+
+
+def check_utf8(value: T, field: str, **context: Any) -> T:
+    """Return ``value``; a ``str`` that does not encode as UTF-8 raises ``InvalidValue``.
+
+    For values that may hold anything else (NUL included), such as working-memory
+    values: only a lone surrogate is refused, naming ``field``; non-strings pass.
+    """
+    if isinstance(value, str) and not _utf8(value):
+        raise InvalidValue(
+            f"{field} is not valid UTF-8 (it holds a lone surrogate)",
+            field=field,
+            value=value,
+            **context,
+        )
+    return value
+
+
+def check_version(value: object, field: str = "agent_version") -> str:
+    """Return ``value`` if it is a usable agent version, else raise ``InvalidValue``.
+
+    Text of at most ``VERSION_MAX_LEN`` characters, without control characters or
+    leading or trailing whitespace (``"1.0"``, ``"2.1.3-beta"``).
+    """
+    text = check_text(value, field, defaults.VERSION_MAX_LEN)
+    if _CONTROL.search(text):
+        raise InvalidValue(f"{field} contains a control character", field=field, value=text)
+    if text != text.strip():
+        raise InvalidValue(f"{field} has leading or trailing whitespace", field=field, value=text)
+    return text
+
+
+def check_reason(value: object, field: str = "reason") -> str:
+    """Return ``value`` if it is a usable pause reason or name of who acted, else raise.
+
+    Text of at most ``REASON_MAX_LEN`` characters (``check_text``); ``InvalidValue``
+    names ``field`` (``"reason"``, ``"by"``).
+    """
+    return check_text(value, field, defaults.REASON_MAX_LEN)
+
+
+def check_int(value: object, field: str, lo: int, hi: int) -> int:
+    """Return ``value`` if it is an ``int`` in ``[lo, hi]``, else raise ``InvalidValue``.
+
+    ``bool`` is refused (``True`` is not a count), and so are floats, even whole ones.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(
+            f"{field} must be an integer, got {type(value).__name__}", field=field, value=value
+        )
+    if not lo <= value <= hi:
+        raise InvalidValue(
+            f"{field} must be between {lo} and {hi}, got {value}", field=field, value=value
+        )
+    return value
+
+
+def check_seq(value: object, field: str = "seq") -> int:
+    """Return ``value`` if it is a usable sequence number (0 to ``SEQ_MAX``), else raise."""
+    return check_int(value, field, 0, defaults.SEQ_MAX)
 
 
 @dataclass(frozen=True)

@@ -101,3 +101,38 @@ async def test_no_url_starts_the_embedded_redis(
             assert [s.session_id for s in await pm.list_sessions()] == ["s"]
     finally:
         stop_embedded(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"redis_url": "ftp://nowhere"}, "redis_url"),
+        ({"redis_url": "redis://h\x00"}, "redis_url"),
+        ({"prefix": "a*"}, "prefix"),
+        ({"prefix": "\ud800"}, "prefix"),
+        ({"timeout": float("inf")}, "connect_timeout"),
+        ({"timeout": "soon"}, "connect_timeout"),
+        ({"data_dir": "a\x00b"}, "data_dir"),
+        ({"session_ttl": float("inf")}, "session_ttl"),
+        ({"session_ttl": float("nan")}, "session_ttl"),
+        ({"task_ttl": 10**400}, "task_ttl"),
+        ({"task_ttl": "60"}, "task_ttl"),
+        ({"task_ttl": True}, "task_ttl"),
+    ],
+)
+def test_bad_arguments_are_validation_errors_naming_them(
+    kwargs: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        PersistenceManager(**kwargs)  # type: ignore[arg-type]
+    assert info.value.field == field  # type: ignore[attr-defined]
+
+
+async def test_bad_limits_are_validation_errors(engines: Engines, prefix: str) -> None:
+    async with PersistenceManager(engines.redis_url, prefix=prefix) as pm:
+        for limit in (-1, 1.5, "5", True, None):
+            with pytest.raises(ValidationError, match="limit"):
+                await pm.list_sessions(limit)  # type: ignore[arg-type]
+            with pytest.raises(ValidationError, match="limit"):
+                await pm.list_reviews(limit)  # type: ignore[arg-type]
+        assert await pm.list_sessions(10**30) == []

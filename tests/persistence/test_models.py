@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from amber import AmberError
+from amber import AmberError, defaults
 from amber.persistence import ReviewItem, Session, Task, ValidationError
 from amber.persistence.models import dump, load, parse
 
@@ -62,6 +62,15 @@ def test_review_expires_in_24h_by_default() -> None:
         (Task, TASK, {"timeout": float("nan")}, "timeout"),
         (Task, TASK, {"parameters": {"blob": {1, 2}}}, "parameters"),
         (Task, TASK, {"parameters": "US"}, "parameters"),
+        (Task, TASK, {"parameters": {"x": [1.0, float("nan")]}}, "parameters"),
+        (Task, TASK, {"parameters": {"x": {"y": float("-inf")}}}, "parameters"),
+        (Task, TASK, {"parameters": {"x": 2**64}}, "parameters"),
+        (Task, TASK, {"parameters": {"x": "\ud800"}}, "parameters"),
+        (Task, TASK, {"parameters": {"x": b"raw"}}, "parameters"),
+        (Task, TASK, {"type": "t" * 65}, "type"),
+        (Session, SESSION, {"goal": "a\udcffb"}, "goal"),
+        (Session, SESSION, {"session_id": "s\ud800"}, "session_id"),
+        (Session, SESSION, {"status": "s" * 65}, "status"),
         (ReviewItem, REVIEW, {"confidence": 1.5}, "confidence"),
         (ReviewItem, REVIEW, {"confidence": -0.1}, "confidence"),
         (ReviewItem, REVIEW, {"confidence": float("nan")}, "confidence"),
@@ -138,3 +147,11 @@ def test_errors_keep_their_context_across_processes() -> None:
     assert (err.expected, err.actual, err.session_id) == (1, 2, "s")  # type: ignore[attr-defined]
     assert issubclass(SessionNotFoundError, NotFound)
     assert issubclass(RedisConnectionError, StoreUnavailable)
+
+
+def test_a_document_over_the_size_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(defaults, "DOCUMENT_MAX_BYTES", 1000)
+    with pytest.raises(ValidationError, match="over the limit") as info:
+        dump(parse(Session, {**SESSION, "goal": "g" * 1000}))
+    assert info.value.field == "(document)"  # type: ignore[attr-defined]
+    assert len(dump(parse(Session, {**SESSION, "goal": "g" * 900}))) <= 1000

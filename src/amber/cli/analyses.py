@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
+from amber import defaults
 from amber.agents.base import BaseAgent
+from amber.checkpoints.analyses import STATUSES
 from amber.cli.app import OPTIONS, app, console, err_console, friendly
+from amber.errors import InvalidValue
+from amber.keys import check_reason, check_uuid
 
 analyses_app = typer.Typer(help="Inspect analyses.", no_args_is_help=True)
 app.add_typer(analyses_app, name="analyses")
@@ -18,10 +22,16 @@ app.add_typer(analyses_app, name="analyses")
 @analyses_app.command("list")
 @friendly
 def list_analyses(
-    status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 50,
+    status: Annotated[
+        str | None, typer.Option(help=f"Only this status: {', '.join(STATUSES)}.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 50,
 ) -> None:
     """Analyses, newest first, with each agent's progress ("3 of 5 subtasks")."""
+    if status is not None and status not in STATUSES:
+        raise InvalidValue(
+            f"status must be one of {', '.join(STATUSES)}", field="status", value=status
+        )
     with OPTIONS.stack() as stack:
         records = stack.analyses.list(status, limit)
         table = Table("analysis", "ticker", "status", "agents", "updated")
@@ -56,6 +66,9 @@ def pause(
 ) -> None:
     """Pause an analysis: its runner (or this command, if none is alive) snapshots every
     agent to Redis and PostgreSQL, with 14-day TTLs and a durable pause record."""
+    analysis_id = check_uuid(analysis_id)
+    check_reason(reason, "reason")
+    check_reason(by, "by")
     with OPTIONS.stack() as stack:
         report = stack.pause_manager.pause(analysis_id, reason, by)
     console.print(report.message)
@@ -74,29 +87,37 @@ def resume(
 ) -> None:
     """Resume a paused analysis, or take over a running one whose runner died: recover
     each agent's memory, then continue its work here."""
+    analysis_id = check_uuid(analysis_id)
+    check_reason(by, "by")
     with OPTIONS.stack() as stack:
         coordinator = stack.coordinator
         record = stack.analyses.get(analysis_id)
-        with Progress(
+        bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("subtasks"),
             console=console,
-        ) as bar:
-            tasks = {}
-            for entry in record.agents:
-                tasks[entry["agent_id"]] = bar.add_task(entry["agent_type"], total=None)
+        )
+        tasks: dict[str, TaskID] = {}
 
-            def tick(agent: BaseAgent) -> None:
-                bar.update(
-                    tasks[agent.agent_id],
-                    completed=len(agent.completed_subtasks),
-                    total=len(agent.subtasks),
-                )
+        def tick(agent: BaseAgent) -> None:
+            if not tasks:  # shown from the first subtask on: a refusal stays one line
+                bar.start()
+                for entry in record.agents:
+                    tasks[entry["agent_id"]] = bar.add_task(entry["agent_type"], total=None)
+            bar.update(
+                tasks[agent.agent_id],
+                completed=len(agent.completed_subtasks),
+                total=len(agent.subtasks),
+            )
 
-            coordinator.on_progress = tick
+        coordinator.on_progress = tick
+        try:
             report = stack.pause_manager.resume(analysis_id, by)
+        finally:
+            if bar.live.is_started:
+                bar.stop()
     if not report.resumed:
         err_console.print(f"[red]error:[/red] {report.message}", highlight=False)
         raise typer.Exit(1)

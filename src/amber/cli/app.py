@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from amber.engines.stack import Stack, connect
 from amber.errors import AmberError
@@ -22,8 +25,37 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+
+
+class SafeStream:
+    """``sys.stdout`` or ``sys.stderr`` as it is now, writing what its encoding cannot
+    hold (a lone surrogate from a non-UTF-8 argument, say) as backslash escapes."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def stream(self) -> TextIO:
+        """The stream written to."""
+        stream: TextIO = getattr(sys, self._name)
+        return stream
+
+    def write(self, text: str) -> int:
+        """Write ``text``, escaping what the stream's encoding cannot hold."""
+        encoding = getattr(self.stream, "encoding", None) or "utf-8"
+        return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+    def flush(self) -> None:
+        """Flush the stream."""
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+# Output shows data (ids, keys, reasons) as it is: no markup, no :emoji: codes in it.
+console = Console(file=cast(TextIO, SafeStream("stdout")), markup=False, emoji=False)
+err_console = Console(file=cast(TextIO, SafeStream("stderr")), markup=False, emoji=False)
 
 
 @dataclass
@@ -71,15 +103,24 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def say_error(label: str, message: object, console: Console = err_console) -> None:
+    """Print ``label: message`` on one line, the label in red, a very long one shortened."""
+    line = re.sub(r"\s*\n\s*", " ", str(message)).strip()
+    if len(line) > 1000:
+        line = f"{line[:600]} … {line[-300:]}"
+    console.print(Text.assemble((label, "red"), " ", line), highlight=False, soft_wrap=True)
+
+
 def friendly(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn an ``AmberError`` into a one-line message and exit code 1."""
+    """Turn an ``AmberError`` or an ``OSError`` (a file or socket the system refused)
+    into a one-line ``error: ...`` and exit code 1."""
 
     @wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except AmberError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        except (AmberError, OSError) as exc:
+            say_error("error:", exc)
             raise typer.Exit(1) from None
 
     return wrapper

@@ -8,6 +8,7 @@ import orjson
 import typer
 from rich.table import Table
 
+from amber import defaults
 from amber.cli.app import OPTIONS, app, console, friendly
 from amber.keys import check_uuid
 
@@ -19,9 +20,11 @@ app.add_typer(checkpoints_app, name="checkpoints")
 @friendly
 def list_checkpoints(
     analysis: Annotated[str | None, typer.Option(help="Only this analysis id.")] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 50,
 ) -> None:
     """Newest checkpoints first: agent, progress, failure, whether L1 went to PostgreSQL."""
+    if analysis is not None:
+        analysis = check_uuid(analysis)
     with OPTIONS.stack() as stack:
         rows = stack.checkpointer.summaries(analysis, limit)
     table = Table(

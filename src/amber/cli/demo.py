@@ -91,5 +91,6 @@ def demo(
         f"analysis {report['status']} in {report['seconds']:.1f} s · market-data calls "
         f"{report['market_calls']} (restart-from-scratch: {report['calls_from_scratch']}) · "
         f"duplicate calls [bold]{report['duplicate_calls']}[/bold] · subtasks re-executed "
-        f"[bold]{report['subtasks_reexecuted']}[/bold]"
+        f"[bold]{report['subtasks_reexecuted']}[/bold]",
+        markup=True,
     )

@@ -9,6 +9,7 @@ from typing import Annotated, TypeVar
 import typer
 from rich.table import Table
 
+from amber import defaults
 from amber.cli.app import OPTIONS, app, console, friendly
 from amber.errors import SessionNotFoundError
 from amber.persistence import PersistenceManager, Session, Task
@@ -20,7 +21,9 @@ app.add_typer(reviews_app, name="reviews")
 
 T = TypeVar("T")
 
-Limit = Annotated[int, typer.Option(min=0, help="Most rows to show (0: all).")]
+Limit = Annotated[
+    int, typer.Option(min=0, max=defaults.BIGINT_MAX, help="Most rows to show (0: all).")
+]
 
 
 def _with_manager(work: Callable[[PersistenceManager], Awaitable[T]]) -> T:

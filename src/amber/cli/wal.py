@@ -6,6 +6,7 @@ directory of WAL segments.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -14,8 +15,8 @@ import typer
 from rich.table import Table
 
 from amber import defaults
-from amber.cli.app import app, console, err_console, friendly
-from amber.errors import WalError
+from amber.cli.app import app, console, friendly, say_error
+from amber.errors import InvalidValue, WalError
 from amber.wal.files import list_checkpoints, read_checkpoint, read_header
 from amber.wal.format import scan_frames
 from amber.wal.retention import checkpoint_dir, compact, wal_dir
@@ -56,7 +57,7 @@ def inspect(directory: DirArg) -> None:
         try:
             h = read_header(path)
         except WalError as exc:
-            console.print(f"  [red]unreadable header:[/red] {exc.message}", soft_wrap=True)
+            say_error("  unreadable header:", exc.message, console)
             continue
         taken = datetime.fromtimestamp(h.timestamp_ns / 1e9, UTC).isoformat(timespec="seconds")
         fields = {
@@ -85,14 +86,14 @@ def verify(directory: DirArg) -> None:
             entries += check_segment(path, first, read_file(path), last=False).count
         except WalError as exc:
             bad += 1
-            err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False, soft_wrap=True)
+            say_error("corrupt:", exc)
     checked = list_checkpoints(ckpts) if ckpts.is_dir() else []
     for path in checked:
         try:
             read_checkpoint(path)
         except WalError as exc:
             bad += 1
-            err_console.print(f"[red]corrupt:[/red] {exc}", highlight=False, soft_wrap=True)
+            say_error("corrupt:", exc)
     if bad:
         raise typer.Exit(1)
     console.print(f"ok: {entries} entries, {len(checked)} checkpoints, every checksum matches")
@@ -103,16 +104,16 @@ def verify(directory: DirArg) -> None:
 def compact_cmd(
     directory: DirArg,
     retention_hours: Annotated[
-        float, typer.Option(help="Delete checkpoints older than this.")
+        float, typer.Option(min=0, help="Delete checkpoints older than this.")
     ] = defaults.CHECKPOINT_RETENTION / 3600,
-    keep: Annotated[int, typer.Option(help="Always keep this many newest checkpoints.")] = (
-        defaults.CHECKPOINT_KEEP
-    ),
+    keep: Annotated[
+        int, typer.Option(min=1, help="Always keep this many newest checkpoints.")
+    ] = defaults.CHECKPOINT_KEEP,
 ) -> None:
     """Remove what retention allows: old checkpoints and the log before the oldest kept one."""
+    if not math.isfinite(retention_hours):
+        raise InvalidValue("--retention-hours must be a finite number", field="retention_hours")
     _dirs(directory)
-    if keep < 1:
-        raise WalError("--keep must be at least 1")
     done = compact(directory, retention=retention_hours * 3600, keep=keep)
     for path in done.removed:
         console.print(f"removed {path}")

@@ -1,8 +1,21 @@
-"""Connecting to Redis and PostgreSQL: clients that answer, or ``StoreUnavailable``."""
+"""Connecting to Redis and PostgreSQL: clients that answer, or ``StoreUnavailable``.
+
+Two timeouts: ``timeout`` (``AMBER_CONNECT_TIMEOUT``, 1 s) bounds reaching a
+server and its first answer, so a dead URL fails in about that time;
+``command_timeout`` (``AMBER_COMMAND_TIMEOUT``, 30 s) bounds each Redis reply
+afterwards, so a long Lua script is not cut off. libpq will not time a
+connection out in under 2 s, so amber first opens the socket itself and waits
+for PostgreSQL to answer one protocol message within ``timeout``.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import socket
+import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -10,9 +23,13 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 import psycopg
 import redis
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from amber import defaults
 from amber.errors import StoreUnavailable
 
 
@@ -25,16 +42,31 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def open_redis(url: str, timeout: float) -> redis.Redis:
-    """A redis-py client for ``url`` that has answered PING, else ``StoreUnavailable``."""
+def open_redis(
+    url: str, timeout: float, command_timeout: float = defaults.COMMAND_TIMEOUT
+) -> redis.Redis:
+    """A redis-py client for ``url`` that has answered PING, else ``StoreUnavailable``.
+
+    The PING is made once, without retries, and must be answered within ``timeout``;
+    the client's own replies may then take up to ``command_timeout``.
+    """
     try:
+        probe = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            probe.ping()
+        finally:
+            probe.close()
         client = redis.Redis.from_url(
             url,
             socket_connect_timeout=timeout,
-            socket_timeout=max(timeout, 10.0),
+            socket_timeout=command_timeout,
             health_check_interval=30,
         )
-        client.ping()
     except (redis.RedisError, OSError, ValueError) as exc:
         raise StoreUnavailable(
             f"Redis did not answer within {timeout:g}s: {exc}", url=redact(url)
@@ -72,10 +104,100 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     set_json_dumps(orjson.dumps, conn)
 
 
-def open_pg(url: str, timeout: float, max_size: int) -> ConnectionPool:
-    """A psycopg pool for ``url`` with one connection made, else ``StoreUnavailable``."""
+_SSL_REQUEST = struct.pack("!ii", 8, 80877103)
+"""PostgreSQL's SSLRequest message: every server answers it with one byte, 'S' or 'N'."""
+
+
+def _libpq_timeout(timeout: float) -> int:
+    """The ``connect_timeout`` libpq is given: whole seconds, at least its floor of 2."""
+    return max(2, math.ceil(timeout))
+
+
+def _pg_endpoints(url: str) -> list[str | tuple[str, int]] | None:
+    """Where libpq would connect for ``url``: unix socket paths and (host, port) pairs.
+
+    None when amber cannot tell (no host: libpq's compiled-in socket directory).
+    """
+    params = conninfo_to_dict(url)
+    hosts = str(params.get("hostaddr") or params.get("host") or os.environ.get("PGHOST") or "")
+    ports = str(params.get("port") or os.environ.get("PGPORT") or "5432").split(",")
+    names = hosts.split(",")
+    if not all(names) or len(ports) not in (1, len(names)):
+        return None
+    if any(name.startswith("@") for name in names):
+        return None  # an abstract unix socket: left to libpq
+    found: list[str | tuple[str, int]] = []
+    for i, name in enumerate(names):
+        port = ports[0] if len(ports) == 1 else ports[i]
+        if not port.isdigit():
+            return None
+        if name.startswith("/"):
+            found.append(f"{name}/.s.PGSQL.{port}")
+        else:
+            found.append((name, int(port)))
+    return found
+
+
+def _pg_answers(where: str | tuple[str, int], timeout: float) -> str | None:
+    """None if a PostgreSQL server at ``where`` answers an SSLRequest within ``timeout``,
+    else why not."""
+    deadline = time.monotonic() + timeout
     try:
-        psycopg.connect(url, connect_timeout=max(1, round(timeout))).close()
+        if isinstance(where, str):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            try:
+                sock.connect(where)
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            sock = socket.create_connection(where, timeout=timeout)
+        with sock:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.sendall(_SSL_REQUEST)
+            sock.recv(1)  # 'S', 'N', or an error message or EOF: the server is there
+    except TimeoutError:
+        return f"{where}: no answer within {timeout:g}s"
+    except OSError as exc:
+        return f"{where}: {exc.strerror or exc}"
+    return None
+
+
+def _probe_pg(url: str, timeout: float) -> None:
+    """Raise ``StoreUnavailable`` if no server of ``url`` answers within ``timeout``."""
+    endpoints = _pg_endpoints(url)
+    if endpoints is None:
+        return  # libpq finds the server itself, under its own timeout
+    problems = []
+    for where in endpoints:
+        problem = _pg_answers(where, timeout)
+        if problem is None:
+            return
+        problems.append(problem)
+    raise StoreUnavailable(
+        f"PostgreSQL did not answer within {timeout:g}s: {'; '.join(problems)}",
+        url=redact(url),
+    )
+
+
+def open_pg(
+    url: str,
+    timeout: float,
+    max_size: int,
+    command_timeout: float = defaults.COMMAND_TIMEOUT,
+) -> ConnectionPool:
+    """A psycopg pool for ``url`` with one connection made, else ``StoreUnavailable``.
+
+    A server that is not there fails within ``timeout``; one that is there has
+    libpq's ``connect_timeout`` (at least 2 s) to finish its startup. A caller
+    waits at most that long for a pooled connection. ``command_timeout`` bounds
+    opening the pool once the server has answered.
+    """
+    connect_timeout = _libpq_timeout(timeout)
+    try:
+        _probe_pg(url, timeout)
+        psycopg.connect(url, connect_timeout=connect_timeout).close()
     except (psycopg.Error, ValueError) as exc:
         raise StoreUnavailable(
             f"PostgreSQL did not answer within {timeout:g}s: {exc}".strip(), url=redact(url)
@@ -85,13 +207,13 @@ def open_pg(url: str, timeout: float, max_size: int) -> ConnectionPool:
         configure=_configure,
         min_size=1,
         max_size=max_size,
-        kwargs={"autocommit": True, "connect_timeout": max(1, round(timeout))},
-        timeout=timeout,
+        kwargs={"autocommit": True, "connect_timeout": connect_timeout},
+        timeout=connect_timeout,
         open=False,
         name="amber",
     )
     try:
-        pool.open(wait=True, timeout=timeout)
+        pool.open(wait=True, timeout=max(command_timeout, connect_timeout))
     except PoolTimeout:
         pool.close()
         raise StoreUnavailable("PostgreSQL pool could not connect", url=redact(url)) from None

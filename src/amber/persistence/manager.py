@@ -26,6 +26,7 @@ from amber.engines.connect import redact
 from amber.engines.embedded import ensure_embedded
 from amber.errors import (
     AmberError,
+    ConfigError,
     RedisConnectionError,
     SessionNotFoundError,
     ValidationError,
@@ -42,10 +43,23 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _ttl_ms(seconds: float, name: str) -> int:
-    if not seconds > 0:
-        raise ValidationError(f"{name} must be a positive number of seconds", field=name)
+def _ttl_ms(seconds: object, name: str) -> int:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds <= defaults.TTL_MAX  # NaN and infinity fail here
+    ):
+        raise ValidationError(
+            f"{name} must be a number of seconds above 0 and at most {defaults.TTL_MAX}",
+            field=name,
+        )
     return max(1, round(seconds * 1000))
+
+
+def _limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValidationError("limit must be 0 (all) or a positive integer", field="limit")
+    return min(limit, defaults.BIGINT_MAX)
 
 
 class PersistenceManager:
@@ -55,7 +69,8 @@ class PersistenceManager:
     left open by ``close()``); with neither, ``AMBER_REDIS_URL`` is used, else
     amber's embedded Redis under ``data_dir``. ``prefix`` defaults to
     ``AMBER_PREFIX`` (``amber``); ``session_ttl`` and ``task_ttl`` are seconds.
-    ``timeout`` bounds every connect and reply (default ``AMBER_CONNECT_TIMEOUT``).
+    ``timeout`` bounds every connect and reply; by default a connect is bounded by
+    ``AMBER_CONNECT_TIMEOUT`` and a reply by ``AMBER_COMMAND_TIMEOUT``.
     """
 
     def __init__(
@@ -71,22 +86,39 @@ class PersistenceManager:
     ) -> None:
         if redis_url is not None and client is not None:
             raise ValidationError("give redis_url or client, not both", field="client")
-        settings = load_settings(prefix=prefix, connect_timeout=timeout, data_dir=data_dir)
+        try:
+            settings = load_settings(
+                redis_url=redis_url or None,
+                prefix=prefix,
+                connect_timeout=timeout,
+                command_timeout=timeout,
+                data_dir=data_dir,
+            )
+        except ConfigError as exc:
+            if "setting" not in exc.context:
+                raise  # an unknown AMBER_* variable: the environment, not an argument
+            field = str(exc.context["setting"])
+            raise ValidationError(exc.message, field=field) from None
         self.keys = Keys(settings.prefix)
         self.session_ttl_ms = _ttl_ms(session_ttl, "session_ttl")
         self.task_ttl_ms = _ttl_ms(task_ttl, "task_ttl")
         self._owns_client = client is None
         if client is None:
-            url = redis_url or settings.redis_url
+            url = settings.redis_url
             if not url:
                 url = ensure_embedded(settings.data_dir, redis=True, postgres=False)["redis"]
             self.url = redact(url)
-            client = aioredis.Redis.from_url(
-                url,
-                socket_connect_timeout=settings.connect_timeout,
-                socket_timeout=settings.connect_timeout,
-                retry=Retry(NoBackoff(), 1),
-            )
+            try:
+                client = aioredis.Redis.from_url(
+                    url,
+                    socket_connect_timeout=settings.connect_timeout,
+                    socket_timeout=settings.command_timeout,
+                    retry=Retry(NoBackoff(), 1),
+                )
+            except ValueError as exc:
+                raise ValidationError(
+                    f"redis_url is not a usable Redis URL: {exc}", field="redis_url", url=self.url
+                ) from None
         else:
             self.url = "(client)"
         self.redis: aioredis.Redis = client
@@ -326,7 +358,6 @@ class PersistenceManager:
         return bool(deleted or unqueued)
 
     async def _list(self, index: str, base: str, limit: int, latest_first: bool) -> list[Any]:
-        if limit < 0:
-            raise ValidationError("limit must be 0 (all) or positive", field="limit")
+        count = _limit(limit)
         order = "1" if latest_first else "0"
-        return cast(list[Any], await self._run(self._list_indexed, [index], [base, limit, order]))
+        return cast(list[Any], await self._run(self._list_indexed, [index], [base, count, order]))

@@ -8,6 +8,7 @@ loaded: no pickle.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -59,7 +60,7 @@ class Session(BaseModel):
     script reads it without decoding the document."""
     session_id: SessionId
     goal: str = Field(min_length=1)
-    status: str = Field(min_length=1, max_length=64)
+    status: str = Field(min_length=1, max_length=defaults.STATUS_MAX_LEN)
     task_queue: list[str] = Field(default_factory=list)
     """The planner's list of task ids, kept in the document; ``next_task`` uses the Redis queue."""
 
@@ -82,7 +83,7 @@ class Task(BaseModel):
     model_config = _STRICT
 
     id: TaskId
-    type: str = Field(min_length=1, max_length=64)
+    type: str = Field(min_length=1, max_length=defaults.STATUS_MAX_LEN)
     mcp_tool: str | None = Field(None, min_length=1)
     parameters: dict[str, Any] = Field(default_factory=dict)
     timeout: float | None = Field(None, gt=0, allow_inf_nan=False)
@@ -95,9 +96,28 @@ class Task(BaseModel):
     def _json_parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
         try:
             orjson.dumps(value)
-        except TypeError as exc:
+        except TypeError as exc:  # orjson.JSONEncodeError too
             raise ValueError(f"parameters must be JSON: {exc}") from None
+        where = _non_finite(value, "parameters")
+        if where:
+            raise ValueError(f"parameters must be JSON: {where} is not a finite number")
         return value
+
+
+def _non_finite(value: Any, path: str) -> str | None:
+    """Where in ``value`` a NaN or infinity is (JSON has none: orjson would write null)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    items: Any = ()
+    if isinstance(value, dict):
+        items = ((f"{path}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    for where, item in items:
+        found = _non_finite(item, where)
+        if found:
+            return found
+    return None
 
 
 def _default_expiry() -> datetime:
@@ -158,8 +178,23 @@ def parse(model: type[M], value: M | Mapping[str, Any]) -> M:
 
 
 def dump(document: BaseModel) -> bytes:
-    """The JSON stored for ``document``, fields in declaration order."""
-    return orjson.dumps(document.model_dump())
+    """The JSON stored for ``document``, fields in declaration order.
+
+    Raises ``ValidationError`` if it cannot be JSON or is over ``DOCUMENT_MAX_BYTES``.
+    """
+    kind = _KIND.get(type(document), type(document).__name__)
+    try:
+        raw = orjson.dumps(document.model_dump())
+    except TypeError as exc:  # orjson.JSONEncodeError too
+        raise ValidationError(
+            f"{kind} cannot be stored as JSON: {exc}", field="(document)"
+        ) from None
+    if len(raw) > defaults.DOCUMENT_MAX_BYTES:
+        raise ValidationError(
+            f"{kind} is {len(raw)} bytes as JSON, over the limit of {defaults.DOCUMENT_MAX_BYTES}",
+            field="(document)",
+        )
+    return raw
 
 
 def load(model: type[M], raw: bytes | str) -> M:

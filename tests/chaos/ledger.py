@@ -32,9 +32,6 @@ KILL = "kill"  # engine: <child pid> <reason>, right before it sends SIGKILL
 EXIT = "exit"  # engine: <child pid> <return code>, once the child is reaped
 FAULT = "fault"  # engine: redis-flush | redis-restart
 
-UNKNOWN_SEQ = -1
-"""``checkpoint_seq`` of a start logged by a core that does not report it (``--dry``)."""
-
 PHASES = ("subtask", "commit", "pause", "recovery", "other")
 """Where a kill landed: see ``kill_phases``."""
 
@@ -143,13 +140,10 @@ def reexecutions(started: Iterable[Start], rows: Iterable[CheckpointRow]) -> lis
     so another writer's rows are all older or all newer than R's starts; their
     ``checkpoint_time`` says which. (Without that test, a runner killed in S before
     its checkpoint would be blamed for the row its successor wrote after redoing S.)
-    Starts of unknown seq are not judged.
     """
     by_seq = {(r.agent_type, r.seq): r for r in rows}
     found = []
     for s in started:
-        if s.seq == UNKNOWN_SEQ:
-            continue
         after = by_seq.get((s.agent_type, s.seq + 1))
         base = by_seq.get((s.agent_type, s.seq))
         if (base is not None and s.subtask in base.completed) or (

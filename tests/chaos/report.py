@@ -62,8 +62,6 @@ class Tally:
     """Children that exited with an exception, by exception type (not failures by themselves)."""
     failures: list[str] = field(default_factory=list)
     """What went wrong, each line naming its round and analysis."""
-    unmeasured: list[str] = field(default_factory=list)
-    """Invariants not measured (``--dry``), and why."""
 
     @property
     def kills(self) -> Counter[str]:
@@ -111,15 +109,12 @@ class Tally:
             ("analyses completed", str(self.completed)),
             ("market calls", str(self.calls)),
         ]
-        unmeasured = {u.split(":")[0] for u in self.unmeasured}
-        for name, label in FAILURE_ROWS:
-            value = "not measured" if name in unmeasured else str(getattr(self, name))
-            rows.append((label, value))
+        rows += [(label, str(getattr(self, name))) for name, label in FAILURE_ROWS]
         rows.append(("seed", str(self.seed)))
         return rows
 
     def table(self) -> str:
-        """A markdown table, with the replay command and anything not measured under it."""
+        """A markdown table, with the replay command and any failures under it."""
         rows = self.rows()
         width = max(len(label) for label, _ in rows)
         lines = [f"| {'measure':<{width}} | value |", f"|{'-' * (width + 2)}|------:|"]
@@ -136,7 +131,6 @@ class Tally:
         if self.child_errors:
             errors = ", ".join(f"{t} {n}" for t, n in sorted(self.child_errors.items()))
             lines.append(f"children that raised: {errors}")
-        lines += [f"not measured: {u}" for u in self.unmeasured]
         lines += [f"FAILED: {f}" for f in self.failures[:50]]
         if len(self.failures) > 50:
             lines.append(f"... and {len(self.failures) - 50} more failures")

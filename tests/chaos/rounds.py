@@ -1,6 +1,6 @@
 """The chaos engine: real analyses in real processes, killed and starved of Redis at random.
 
-    python -m tests.chaos.rounds --rounds 1000 [--seed S] [--dry]
+    python -m tests.chaos.rounds --rounds 1000 [--seed S]
 
 Analyses of the three analysts on AAPL run one after another, each in a
 durability mode drawn at random (hybrid, checkpoint, wal). A round applies one
@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import amber
-from tests.chaos import bridges
 from tests.chaos.ledger import (
     CALL,
     EXIT,
@@ -113,18 +112,6 @@ def choose_kind(rng: random.Random, mode: str, can_restart: bool) -> str:
     return rng.choices(list(kinds), list(kinds.values()))[0]
 
 
-class MissingRuntimeAPI(RuntimeError):
-    """The core in this checkout lacks members the engine relies on."""
-
-    def __init__(self, missing: list[str]) -> None:
-        super().__init__(
-            "the chaos engine needs runtime API members this core does not have: "
-            + ", ".join(missing)
-            + " (--dry runs the harness with stand-ins)"
-        )
-        self.missing = missing
-
-
 class RoundAborted(RuntimeError):
     """A child could not even start its work; the round is recorded as failed."""
 
@@ -141,7 +128,6 @@ class Options:
     """None: an embedded PostgreSQL for the run."""
     workdir: Path | None = None
     """Ledgers, children's stderr, WAL logs; None: a temporary directory."""
-    dry: bool = False
     keep: bool = False
     """Keep the workdir and the run's rows even when every invariant held."""
     max_delay: float = 0.3
@@ -162,8 +148,6 @@ class Analysis:
     ledger: Ledger
     steps: int = 0
     """Runner children sent to work on it so far (0: it was never run)."""
-    takeover_due: bool = False
-    """Left running by a dead runner: the next resume must take it over."""
     reported: dict[str, int] = field(default_factory=dict)
     """Call key -> excess repeats already reported as failures."""
 
@@ -186,7 +170,6 @@ class Engine:
         self.tally = Tally(self.seed, self.opts.rounds)
         self.tally.replay_args = self._replay_args()
         self.prefix = f"chaos-{uuid.uuid4().hex[:10]}"
-        self.measure_reexecution = True
         self.where = "uninterrupted runs"
         """The part of the run in progress, for failure messages."""
         self._live: list[Child] = []
@@ -195,8 +178,6 @@ class Engine:
     def _replay_args(self) -> str:
         """Options beyond --rounds and --seed that change what the rounds do."""
         args = []
-        if self.opts.dry:
-            args.append("--dry")
         if self.opts.modes != MODES:
             args.append("--modes " + ",".join(self.opts.modes))
         if self.opts.max_delay != Options.max_delay:
@@ -205,7 +186,7 @@ class Engine:
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> Tally:
-        """Set up, check the API, run the reference runs and the rounds, tear down."""
+        """Set up, run the reference runs and the rounds, tear down."""
         extra = f" ({self.tally.replay_args})" if self.tally.replay_args else ""
         self._say(f"chaos: {self.opts.rounds} rounds, seed {self.seed}{extra}")
         t0 = time.monotonic()
@@ -216,7 +197,6 @@ class Engine:
         with contextlib.ExitStack() as cleanup:
             cleanup.callback(self._remove_workdir)
             self._setup(cleanup)
-            self._check_api()
             self._reference_runs()
             every = self.opts.progress_every or max(1, self.opts.rounds // 10)
             for n in range(1, self.opts.rounds + 1):
@@ -256,18 +236,6 @@ class Engine:
         cleanup.callback(self.pool.close)
         cleanup.callback(self._close_ledgers)
 
-    def _check_api(self) -> None:
-        missing = bridges.missing_api(self.stack)
-        if missing and not self.opts.dry:
-            raise MissingRuntimeAPI(missing)
-        if bridges.missing_columns(self.stack) or "LeadCoordinator.on_subtask_start" in missing:
-            self.measure_reexecution = False
-            self.tally.unmeasured.append(
-                "reexecuted: needs agent_checkpoints.seq/writer and agent.checkpoint_seq/runner"
-            )
-        if missing:
-            self._say("bridged for --dry: " + ", ".join(missing))
-
     def _tidy(self) -> bool:
         """Remove what the run wrote: unless asked to keep it, or something failed."""
         return self.tally.ok and not self.opts.keep
@@ -295,7 +263,8 @@ class Engine:
     def _new_analysis(self, mode: str | None = None, name: str | None = None) -> Analysis:
         if mode is None:
             mode = choose_mode(self.seed, len(self.tally.analyses), self.opts.modes)
-        aid = bridges.start_analysis(self.stack, TICKER)
+        # checkpoints kept after completion: the re-execution check reads every row
+        aid = self.stack.coordinator.start_analysis(TICKER, amber.ANALYSTS, preserve=True)
         self.started.append(aid)
         path = self.workdir / "ledgers" / f"{name or aid}.log"
         return Analysis(aid, mode, path, Ledger(path))
@@ -440,7 +409,6 @@ class Engine:
             self.prefix,
             str(a.ledger_path),
             cache_kill_at,
-            self.opts.dry,
         )
         try:
             child.send(order.to_json())
@@ -498,11 +466,9 @@ class Engine:
         outcome = self._reap(a, child)
         if "resumed" not in outcome:
             return
-        if outcome["resumed"]:
-            if a.takeover_due:
-                self.tally.takeovers += 1
-            a.takeover_due = False
-        elif lone:
+        if outcome["taken_over"]:
+            self.tally.takeovers += 1
+        if not outcome["resumed"] and lone:
             self.tally.stuck += 1
             self.tally.failures.append(
                 f"{self.where}, analysis {a.aid} ({a.mode}): resume refused with no other"
@@ -512,7 +478,7 @@ class Engine:
     # -- invariants -----------------------------------------------------------------------------
     def _runner_gone(self, aid: str) -> bool:
         deadline = time.monotonic() + RUNNER_GRACE
-        while bridges.has_runner(self.stack, aid):
+        while self.stack.analyses.has_runner(aid):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.02)
@@ -538,16 +504,14 @@ class Engine:
             self.tally.failures.append(f"{where}: duplicate calls: {detail}")
             a.reported.update((r.key, r.excess) for r in new)
         counts.duplicate_calls = sum(r.excess for r in repeats)
-        if self.measure_reexecution:
-            found = reexecutions(starts(entries), self._rows(a.aid))
-            if len(found) > counts.reexecuted:
-                detail = "; ".join(
-                    f"{s.agent_type}/{s.subtask} from seq {s.seq} by {s.runner}"
-                    for s in found[counts.reexecuted :]
-                )
-                self.tally.failures.append(f"{where}: re-executed committed work: {detail}")
-            counts.reexecuted = len(found)
-        a.takeover_due = status == "running"  # its runner is dead: the next resume takes it
+        found = reexecutions(starts(entries), self._rows(a.aid))
+        if len(found) > counts.reexecuted:
+            detail = "; ".join(
+                f"{s.agent_type}/{s.subtask} from seq {s.seq} by {s.runner}"
+                for s in found[counts.reexecuted :]
+            )
+            self.tally.failures.append(f"{where}: re-executed committed work: {detail}")
+        counts.reexecuted = len(found)
         if status == "completed":
             self.tally.completed += 1
             got = self._results(a.aid)
@@ -606,7 +570,7 @@ def run_chaos(opts: Options, out: TextIO | None = None) -> Tally:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: 0 if every invariant held, 1 if not, 2 if the core lacks the API."""
+    """Command line: 0 if every invariant held, 1 if not."""
     p = argparse.ArgumentParser(prog="python -m tests.chaos.rounds", description=__doc__)
     p.add_argument("--rounds", type=int, default=1000)
     p.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
@@ -622,7 +586,6 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL (default AMBER_DATABASE_URL; unset: an embedded one)",
     )
     p.add_argument("--workdir", type=Path, default=None, help="ledgers and logs (default: temp)")
-    p.add_argument("--dry", action="store_true", help="bridge runtime API the core lacks")
     p.add_argument("--keep", action="store_true", help="keep the workdir and the run's rows")
     p.add_argument(
         "--modes",
@@ -640,17 +603,11 @@ def main(argv: list[str] | None = None) -> int:
         redis_url=args.redis_url,
         database_url=args.database_url,
         workdir=args.workdir,
-        dry=args.dry,
         keep=args.keep,
         max_delay=args.max_delay,
         modes=tuple(m for m in args.modes.split(",") if m),
     )
-    try:
-        tally = run_chaos(opts)
-    except MissingRuntimeAPI as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    return 0 if tally.ok else 1
+    return 0 if run_chaos(opts).ok else 1
 
 
 if __name__ == "__main__":

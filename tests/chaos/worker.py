@@ -22,7 +22,6 @@ from typing import Any
 import amber
 from amber.agents.market import call_key
 from amber.errors import AnalysisStateError
-from tests.chaos import bridges
 from tests.chaos.ledger import (
     CACHEKILL,
     CALL,
@@ -31,7 +30,6 @@ from tests.chaos.ledger import (
     GO,
     PHASE,
     START,
-    UNKNOWN_SEQ,
     Ledger,
 )
 
@@ -56,8 +54,6 @@ class Order:
     cache_kill_at: int = 0
     """Kill this process at the n-th checkpoint, between its PostgreSQL commit and its
     Redis write (0: never)."""
-    dry: bool = False
-    """Bridge the runtime members the core lacks (see ``bridges``)."""
 
     def to_json(self) -> str:
         """One line."""
@@ -98,27 +94,39 @@ def install(stack: amber.Stack, order: Order, ledger: Ledger) -> None:
     co.market = LedgerMarket(ledger)
 
     def on_start(agent: Any, subtask: str) -> None:
-        if order.dry and not hasattr(agent, "checkpoint_seq"):
-            seq, runner = UNKNOWN_SEQ, f"pid-{os.getpid()}"
-        else:
-            seq, runner = int(agent.checkpoint_seq), str(agent.runner)
         now = f"{time.time():.6f}"
-        ledger.write(START, agent.analysis_id, agent.agent_type, subtask, seq, runner, now)
+        ledger.write(
+            START,
+            agent.analysis_id,
+            agent.agent_type,
+            subtask,
+            agent.checkpoint_seq,
+            agent.runner,
+            now,
+        )
 
-    if order.dry and not hasattr(co, "on_subtask_start"):
-        bridges.log_starts(on_start)
-    else:
-        co.on_subtask_start = on_start  # type: ignore[attr-defined]
+    co.on_subtask_start = on_start
     if order.cache_kill_at > 0:
-        seen = [0]
+        kill_after_commit(stack, order.cache_kill_at, ledger)
 
-        def maybe_kill() -> None:
-            seen[0] += 1
-            if seen[0] == order.cache_kill_at:
-                ledger.write(CACHEKILL, seen[0])
-                os.kill(os.getpid(), signal.SIGKILL)
 
-        bridges.after_commit(maybe_kill)
+def kill_after_commit(stack: amber.Stack, n: int, ledger: Ledger) -> None:
+    """SIGKILL this process in its n-th checkpoint, between the PostgreSQL commit and the
+    Redis write (``AgentCheckpointer._cache``, called once per checkpoint right after
+    its commit)."""
+    cp = stack.checkpointer
+    cache = cp._cache
+    seen = 0
+
+    def cache_or_die(*args: Any) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == n:
+            ledger.write(CACHEKILL, seen)
+            os.kill(os.getpid(), signal.SIGKILL)
+        cache(*args)
+
+    cp._cache = cache_or_die  # type: ignore[method-assign]
 
 
 def act(stack: amber.Stack, order: Order, ledger: Ledger) -> dict[str, Any]:
@@ -130,16 +138,18 @@ def act(stack: amber.Stack, order: Order, ledger: Ledger) -> dict[str, Any]:
         results = stack.coordinator.run(aid)
         return {"statuses": {t: r.status for t, r in results.items()}}
     if order.action == "resume":
-        if order.dry:
-            bridges.take_over(stack, aid)
         rep = stack.pause_manager.resume(aid, by=by)
-        statuses = {t: r.status for t, r in rep.results.items()}
-        return {"resumed": rep.resumed, "message": rep.message, "statuses": statuses}
+        return {
+            "resumed": rep.resumed,
+            "taken_over": rep.taken_over,
+            "message": rep.message,
+            "statuses": {t: r.status for t, r in rep.results.items()},
+        }
     try:
         pause = stack.pause_manager.pause(aid, "chaos", by=by)
     except AnalysisStateError as exc:  # finished before the pause got there
         return {"refused": str(exc.context.get("status", exc))}
-    return {"pending": getattr(pause, "pending", None), "already": pause.already_paused}
+    return {"pending": pause.pending, "already": pause.already_paused}
 
 
 def main() -> int:

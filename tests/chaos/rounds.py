@@ -211,6 +211,11 @@ class Engine:
             self._say(f"took {time.monotonic() - t0:.1f} s")
         return self.tally
 
+    def _fail(self, message: str) -> None:
+        """Record a failure and say it at once, so a long run shows it while it goes on."""
+        self.tally.failures.append(message)
+        self._say(f"FAILURE: {message}")
+
     def _remove_workdir(self) -> None:
         if self.own_workdir and self._tidy():
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -317,7 +322,7 @@ class Engine:
         try:
             rounds[kind](a, rng)
         except RoundAborted as exc:
-            self.tally.failures.append(f"{self.where}, analysis {a.aid} ({a.mode}): {exc}")
+            self._fail(f"{self.where}, analysis {a.aid} ({a.mode}): {exc}")
         finally:
             for child in list(self._live):
                 self._kill(a, child, "round aborted")
@@ -442,7 +447,7 @@ class Engine:
         rc = child.wait(timeout)
         if rc is None:
             self.tally.hung += 1
-            self.tally.failures.append(
+            self._fail(
                 f"{self.where}, analysis {a.aid} ({a.mode}): child {child.pid}"
                 f" still running {timeout:.0f} s after go; killed"
             )
@@ -470,7 +475,7 @@ class Engine:
             self.tally.takeovers += 1
         if not outcome["resumed"] and lone:
             self.tally.stuck += 1
-            self.tally.failures.append(
+            self._fail(
                 f"{self.where}, analysis {a.aid} ({a.mode}): resume refused with no other"
                 f" runner alive: {outcome.get('message')}"
             )
@@ -489,7 +494,7 @@ class Engine:
         where = f"{self.where}, analysis {a.aid} ({a.mode})"
         if not self._runner_gone(a.aid):
             self.tally.stuck += 1
-            self.tally.failures.append(f"{where}: runner lock still held, every child dead")
+            self._fail(f"{where}: runner lock still held, every child dead")
         status = self.stack.analyses.get(a.aid).status
         entries = read_ledger(a.ledger_path)
         counts = self.tally.analyses[a.aid]
@@ -501,7 +506,7 @@ class Engine:
             detail = "; ".join(
                 f"{r.key} made {r.made}x ({r.excused} excused, pids {r.pids})" for r in new
             )
-            self.tally.failures.append(f"{where}: duplicate calls: {detail}")
+            self._fail(f"{where}: duplicate calls: {detail}")
             a.reported.update((r.key, r.excess) for r in new)
         counts.duplicate_calls = sum(r.excess for r in repeats)
         found = reexecutions(starts(entries), self._rows(a.aid))
@@ -510,7 +515,7 @@ class Engine:
                 f"{s.agent_type}/{s.subtask} from seq {s.seq} by {s.runner}"
                 for s in found[counts.reexecuted :]
             )
-            self.tally.failures.append(f"{where}: re-executed committed work: {detail}")
+            self._fail(f"{where}: re-executed committed work: {detail}")
         counts.reexecuted = len(found)
         if status == "completed":
             self.tally.completed += 1
@@ -518,10 +523,10 @@ class Engine:
             wrong = [t for t in AGENT_TYPES if got[t] != self.references[a.mode][t]]
             if wrong:
                 self.tally.wrong_results += 1
-                self.tally.failures.append(f"{where}: results differ for {', '.join(wrong)}")
+                self._fail(f"{where}: results differ for {', '.join(wrong)}")
         elif status in FINISHED:
             self.tally.failed += 1
-            self.tally.failures.append(f"{where}: the analysis ended {status}")
+            self._fail(f"{where}: the analysis ended {status}")
         if status in FINISHED:
             a.ledger.close()
             self.current = None
@@ -548,7 +553,7 @@ class Engine:
                 self._go(a, child)
                 outcome = self._reap(a, child, FINAL_TIMEOUT)
                 if outcome.get("resumed") is False:
-                    self.tally.failures.append(
+                    self._fail(
                         f"final resume of {a.aid} ({a.mode}) refused: {outcome.get('message')}"
                     )
             self._check(a)
@@ -561,7 +566,7 @@ class Engine:
         for aid, status in rows:
             if status not in FINISHED:
                 self.tally.stuck += 1
-                self.tally.failures.append(f"analysis {aid} left {status} after the final resume")
+                self._fail(f"analysis {aid} left {status} after the final resume")
 
 
 def run_chaos(opts: Options, out: TextIO | None = None) -> Tally:

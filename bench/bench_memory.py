@@ -58,8 +58,7 @@ def bench_agent(eng: Engines, scale: int, n: int, budget_s: float, rows: list[Ro
     cid = stack.checkpointer.save_checkpoint(agent, "gather").checkpoint_id
     snapshotter.snapshot_on_checkpoint(agent_id, cid, dual_write=True)
     snap_key = stack.keys.l1_snapshot(agent_id)
-    blob = stack.redis.get(snap_key)
-    assert blob
+    blob = snapshotter.take(agent_id, full=True).pack()  # the raw engine's baseline: one value
     raw_key = f"{eng.prefix}:bench:raw:{agent_id}"
     stack.redis.set(raw_key, blob)
     keys = len(payload.values)

@@ -246,7 +246,6 @@ SURROGATES = st.one_of(
 )
 
 
-@pytest.mark.xfail(reason="wired in by the memory change", strict=False)
 @FEW
 @given(op=st.sampled_from(WRITES), value=SURROGATES)
 def test_memory_values_with_lone_surrogates_are_invalid_values_naming_the_key(
@@ -260,7 +259,6 @@ def test_memory_values_with_lone_surrogates_are_invalid_values_naming_the_key(
         assert memory_hash(stack, mem) == before
 
 
-@pytest.mark.xfail(reason="wired in by the memory change", strict=False)
 @FEW
 @given(score=st.one_of(st.integers(), TEXT, st.binary(max_size=8), st.none()))
 def test_memory_zadd_scores_that_are_not_numbers_are_invalid_values(
@@ -523,7 +521,6 @@ def storable(check: Callable[[object], object], value: object) -> bool:
     return True
 
 
-@pytest.mark.xfail(reason="wired in by the coordinator change", strict=False)
 @settings(FEW, max_examples=40)
 @given(ticker=ANYTHING, version=ANYTHING)
 @example(ticker="T" * (defaults.TICKER_MAX_LEN + 1), version="1.0")
@@ -548,7 +545,6 @@ def test_start_analysis_checks_ticker_and_versions(
         Probe.version = "1.0"
 
 
-@pytest.mark.xfail(reason="wired in by the pause change", strict=False)
 @settings(FEW, max_examples=25)
 @given(reason=ANYTHING, by=ANYTHING)
 @example(reason="quota\x00", by="cli")

@@ -210,7 +210,6 @@ async def test_command_timeout_setting_reaches_the_persistence_manager(engines: 
         assert kwargs["socket_connect_timeout"] == defaults.CONNECT_TIMEOUT
 
 
-@pytest.mark.xfail(reason="wired in by the stack change (open_redis command_timeout)", strict=False)
 def test_command_timeout_setting_reaches_the_stack(engines: Engines) -> None:
     with amber.connect(engines.redis_url, engines.database_url, command_timeout=7) as stack:
         assert stack.redis.connection_pool.connection_kwargs["socket_timeout"] == 7

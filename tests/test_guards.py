@@ -19,6 +19,7 @@ import zstandard
 import amber
 from amber import codec
 from amber.agents import BaseAgent
+from amber.checkpoints.model import seal
 from amber.errors import CheckpointConflict, ConsistencyError, MemoryLost
 from amber.memory import AgentMemory, read_memory
 
@@ -114,7 +115,9 @@ def test_redis_copies_are_never_written_over_newer_ones(
     key = stack.keys.checkpoint(agent.agent_id)
     newer = stack.redis.get(key)
     # a slow writer of checkpoint 1 arrives late: its copy is refused by the script
-    stack.checkpointer._cache(first, first.encode(), stack.snapshotter.take(agent.agent_id))
+    snap = stack.snapshotter.take(agent.agent_id, full=True)
+    backup = (key, seal(first, first.encode()), first.seq, 60_000)
+    stack.snapshotter.write_cache(snap, stack.snapshotter.meta(snap), backup)
     assert stack.redis.get(key) == newer
 
 

@@ -37,8 +37,13 @@ SetValue = set[bytes]
 ZSetValue = list[tuple[bytes, float]]
 Value = StringValue | ListValue | HashValue | SetValue | ZSetValue
 
-FORMAT_VERSION = 1
-"""Version of the snapshot document; bumped when its layout changes."""
+FORMAT_VERSION = 2
+"""Version of the snapshot document written now. Format 2 hashes a memory as the sum
+of its keys' digests (:func:`key_digest`), so the hash follows a change of a few keys
+in O(changes); format 1 (read, never written) hashed the whole sorted document."""
+
+FORMATS = (1, 2)
+"""Snapshot formats this code reads."""
 
 NO_TTL = -1
 """``ttl_ms`` of a key that never expires."""
@@ -185,10 +190,31 @@ def canonical(memory: Memory) -> Canonical:
     return {n: (e.type, encode_value(e.type, e.value), e.ttl_ms) for n, e in memory.items()}
 
 
-def canonical_hash(canon: Canonical) -> str:
-    """SHA-256 over names, types and encoded values (not TTLs): see :func:`memory_hash`."""
-    doc = {name: [t, v] for name, (t, v, _) in canon.items()}
-    return hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()
+_MOD = 2**256
+
+
+def key_digest(name: str, rtype: str, value: Any) -> int:
+    """SHA-256 of one key's name, type and canonical value, as a number."""
+    raw = orjson.dumps([name, rtype, value])
+    return int.from_bytes(hashlib.sha256(raw).digest(), "big")
+
+
+def combine(total: int) -> str:
+    """The memory hash (64 hex digits) of a sum of key digests."""
+    return f"{total % _MOD:064x}"
+
+
+def canonical_hash(canon: Canonical, fmt: int = FORMAT_VERSION) -> str:
+    """The memory hash over names, types and encoded values (not TTLs).
+
+    Format 2: the sum modulo 2**256 of every key's :func:`key_digest`; replacing one
+    key subtracts its old digest and adds its new one. Format 1: SHA-256 of the
+    sorted document.
+    """
+    if fmt == 1:
+        doc = {name: [t, v] for name, (t, v, _) in canon.items()}
+        return hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return combine(sum(key_digest(n, t, v) for n, (t, v, _) in canon.items()))
 
 
 def canonical_document(canon: Canonical) -> dict[str, Any]:
@@ -202,15 +228,23 @@ def canonical_document(canon: Canonical) -> dict[str, Any]:
 def document_hash(doc: dict[str, Any]) -> str:
     """The memory hash of a snapshot document as stored, without decoding its values.
 
-    Equal to :func:`memory_hash` of the decoded memory when the document is canonical;
-    a document altered in any way (even one reordered set) hashes differently.
+    Equal to :func:`memory_hash` (in the document's format) of the decoded memory when
+    the document is canonical; a document altered in any way (even one reordered set)
+    hashes differently.
     """
     try:
-        keys = doc["keys"]
-        flat = {n: [item["type"], item["value"]] for n, item in keys.items()}
+        canon = {n: (item["type"], item["value"], NO_TTL) for n, item in doc["keys"].items()}
     except (KeyError, TypeError, AttributeError):
         raise CodecError("snapshot document has no well-formed 'keys' object") from None
-    return hashlib.sha256(orjson.dumps(flat, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return canonical_hash(canon, document_format(doc))
+
+
+def document_format(doc: dict[str, Any]) -> int:
+    """The format of a snapshot document; ``CodecError`` for one this code cannot read."""
+    fmt = doc.get("format")
+    if fmt not in FORMATS:
+        raise CodecError(f"snapshot format {fmt!r} is not one of {FORMATS}")
+    return int(fmt)
 
 
 def memory_document(memory: Memory) -> dict[str, Any]:
@@ -227,8 +261,7 @@ def memory_from_document(doc: object) -> dict[str, Entry]:
     """Inverse of :func:`memory_document`; raises ``CodecError`` naming the bad key."""
     if not isinstance(doc, dict) or not isinstance(doc.get("keys"), dict):
         raise CodecError("snapshot document has no 'keys' object")
-    if doc.get("format") != FORMAT_VERSION:
-        raise CodecError(f"snapshot format {doc.get('format')!r} is not {FORMAT_VERSION}")
+    document_format(doc)
     memory: dict[str, Entry] = {}
     for name, item in doc["keys"].items():
         if not isinstance(item, dict) or item.get("type") not in REDIS_TYPES:
@@ -257,9 +290,9 @@ def decode_memory(raw: bytes | str) -> dict[str, Entry]:
     return memory_from_document(decode_document(raw))
 
 
-def memory_hash(memory: Memory) -> str:
-    """SHA-256 (hex) over key names, types and values of a memory; TTLs excluded."""
-    return canonical_hash(canonical(memory))
+def memory_hash(memory: Memory, fmt: int = FORMAT_VERSION) -> str:
+    """The memory hash (hex) over key names, types and values; TTLs excluded."""
+    return canonical_hash(canonical(memory), fmt)
 
 
 PACK_LEVEL = 1

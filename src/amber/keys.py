@@ -213,6 +213,10 @@ class Keys:
         """Which incarnation of the agent's memory Redis holds (see ``memory/scripts.py``)."""
         return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:epoch"
 
+    def l1_changes(self, agent_id: str) -> str:
+        """Sorted set of the agent's key names by the sequence of their last write or delete."""
+        return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:changes"
+
     def l1_snapshot(self, agent_id: str) -> str:
         """Latest snapshot of the agent's L1 (Redis secondary)."""
         return f"{self.prefix}:l1_snapshot:{{{check_id(agent_id, 'agent_id')}}}"

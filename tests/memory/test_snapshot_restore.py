@@ -95,11 +95,21 @@ def test_corrupt_secondary_is_detected_and_pg_serves(
     analysis = str(uuid.uuid4())
     cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
     meta = stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
-    key = stack.keys.l1_snapshot(mem.agent_id)
-    seq, raw = codec.unseal(stack.redis.get(key))  # type: ignore[arg-type]
-    doc = orjson.loads(raw)
+    key = stack.keys.l1_snapshot(mem.agent_id)  # a hash: one field per key
+    fields = stack.redis.hgetall(key)
+    doc = {"keys": {}}  # type: ignore[var-annotated]
+    for name, item in fields.items():  # type: ignore[union-attr]
+        rtype, value, ttl = orjson.loads(item)
+        doc["keys"][name.decode()] = {"type": rtype, "value": value, "ttl_ms": ttl}
     tamper(doc)  # type: ignore[operator]
-    stack.redis.set(key, codec.seal(seq, orjson.dumps(doc)))  # a valid seal over bad content
+    stack.redis.delete(key)
+    stack.redis.hset(
+        key,
+        mapping={
+            n: orjson.dumps([it["type"], it["value"], it["ttl_ms"]])
+            for n, it in doc["keys"].items()
+        },
+    )  # the meta is untouched: its hash no longer matches
     report = stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
     assert report is not None and report.source == "postgresql_checkpoint"
     assert read_memory(stack.redis, stack.keys, mem.agent_id).hash == meta.hash
@@ -133,11 +143,13 @@ def test_garbage_secondary_is_reported_not_trusted(
 ) -> None:
     stack.snapshotter.snapshot_on_checkpoint(mem.agent_id)
     key = stack.keys.l1_snapshot(mem.agent_id)
-    if garbage == "flip":  # one bit flipped inside the compressed frame
-        blob = bytearray(stack.redis.get(key))  # type: ignore[arg-type]
-        blob[len(blob) // 2] ^= 0x10
-        garbage = bytes(blob)
-    stack.redis.set(key, garbage)
+    if garbage == "flip":  # one bit flipped inside one key's stored value
+        item = bytearray(stack.redis.hget(key, "current_subtask"))  # type: ignore[arg-type]
+        item[len(item) // 2] ^= 0x01
+        stack.redis.hset(key, "current_subtask", bytes(item))
+    else:
+        stack.redis.delete(key)
+        stack.redis.set(key, garbage)
     with pytest.raises(ConsistencyError, match="redis_secondary"):
         stack.restorer.restore_from_snapshot(mem.agent_id, uuid.uuid4(), "strategy")
 

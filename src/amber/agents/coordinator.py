@@ -34,7 +34,7 @@ from amber.errors import (
     QuotaExceeded,
     StoreUnavailable,
 )
-from amber.keys import check_id, check_uuid
+from amber.keys import check_id, check_ticker, check_uuid, check_version
 from amber.memory.recovery import DualRecoveryStrategy, RecoveryReport
 from amber.memory.ttl import L1TTLManager
 from amber.memory.working import AgentMemory
@@ -149,7 +149,10 @@ class LeadCoordinator:
 
         With ``preserve`` its checkpoints are kept after it completes.
         """
-        check_id(stock_ticker, "stock_ticker")
+        stock_ticker = check_ticker(stock_ticker)
+        for c in agent_classes:
+            check_id(c.agent_type, "agent_type")
+            check_version(c.version)
         analysis_id = str(uuid.uuid4())
         agents = [
             {

@@ -39,9 +39,18 @@ from amber.errors import (
     StoreUnavailable,
 )
 from amber.keys import Keys, check_id, check_uuid
+from amber.memory import scripts
 from amber.memory.journal import L1Journal
 from amber.memory.restore import PG_SNAPSHOTS_TRIED
-from amber.memory.snapshot import L1CacheSnapshotter, Snapshot, elapsed_ms, write_sealed
+from amber.memory.snapshot import (
+    MAX_CHAIN,
+    L1CacheSnapshotter,
+    Sealed,
+    Snapshot,
+    SnapshotMeta,
+    Stored,
+    elapsed_ms,
+)
 from amber.memory.working import AgentMemory, redis_errors
 from amber.schema import sql
 
@@ -83,6 +92,19 @@ class Checkpointable(Protocol):
 
 
 @dataclass(frozen=True)
+class L1Row:
+    """An L1 snapshot as one checkpoint row stores it."""
+
+    blob: bytes
+    size: int
+    """Its decompressed size."""
+    base: int | None
+    """For a delta, the checkpoint row it applies to; None for a whole snapshot."""
+    chain: int
+    """Deltas since the last whole snapshot, this one included."""
+
+
+@dataclass(frozen=True)
 class RestoredCheckpoint:
     """A restored checkpoint, where it came from and how long it took."""
 
@@ -119,6 +141,7 @@ class AgentCheckpointer:
         self.migrations = migrations or registry
         self.journal = journal
         self.backup_ttl_ms = settings.checkpoint_backup_ttl * 1000
+        self._cache_sha = client.register_script(scripts.CACHE).sha
 
     def save_checkpoint(
         self,
@@ -166,13 +189,40 @@ class AgentCheckpointer:
         )
         raw = cp.encode()
         dual = self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
-        self._commit(cp, raw, snap if dual else None)
+        stored = self.snapshotter.stored(agent.agent_id)
+        l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
+        meta = self.snapshotter.meta(snap, cp.checkpoint_id)
+        backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq, self.backup_ttl_ms)
+        # the Redis copies go out first and are read back after the commit: one round trip
+        # each, overlapped. Restore trusts a copy only at PostgreSQL's newest sequence, so a
+        # copy of a checkpoint that then fails to commit is never used.
+        pending = self._send_cache(snap, meta, backup)
+        try:
+            self._commit(cp, raw, snap, l1)
+        except BaseException:
+            self._drain(pending)
+            raise
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
+        self.snapshotter.remember(snap, cp.seq if l1 else None, l1.chain if l1 else 0)
         if dual and self.journal is not None:
             self._compact_log(cp)
-        self._cache(cp, raw, snap)
+        self._cache(cp, snap, meta, pending)
         return cp
+
+    @staticmethod
+    def _l1_row(snap: Snapshot, stored: Stored | None, base_row: int) -> L1Row:
+        """The snapshot as this checkpoint's row stores it: a delta on the row before when
+        that row holds the snapshot it was read against, else whole."""
+        if (
+            stored is not None
+            and stored.pg_row == base_row
+            and snap.base_seq == stored.snap.seq
+            and stored.chain < MAX_CHAIN
+        ):
+            raw = snap.delta_raw(base_row)
+            return L1Row(codec.pack(raw), len(raw), base_row, stored.chain + 1)
+        return L1Row(snap.pack(), len(snap.raw), None, 0)
 
     @staticmethod
     def _check_memory(agent: Checkpointable, snap: Snapshot) -> None:
@@ -195,7 +245,7 @@ class AgentCheckpointer:
                 analysis_id=agent.analysis_id,
             )
 
-    def _commit(self, cp: Checkpoint, raw: bytes, snap: Snapshot | None) -> None:
+    def _commit(self, cp: Checkpoint, raw: bytes, snap: Snapshot, l1: L1Row | None) -> None:
         """The PostgreSQL write: a compare-and-set insert of checkpoint ``cp.seq``."""
         params = {
             "checkpoint_id": cp.checkpoint_id,
@@ -216,12 +266,13 @@ class AgentCheckpointer:
             "state": codec.pack(raw),
             "state_sha256": codec.sha256_hex(raw),
             "state_size": len(raw),
-            "l1_snapshot": snap.pack() if snap else None,
-            "l1_snapshot_hash": snap.hash if snap else None,
-            "l1_snapshot_seq": snap.seq if snap else None,
-            "l1_snapshot_size": len(snap.raw) if snap else None,
-            "l1_snapshot_epoch": snap.epoch if snap else None,
-            "l1_snapshot_keys": len(snap.memory) if snap else None,
+            "l1_snapshot": l1.blob if l1 else None,
+            "l1_snapshot_hash": snap.hash if l1 else None,
+            "l1_snapshot_seq": snap.seq if l1 else None,
+            "l1_snapshot_size": l1.size if l1 else None,
+            "l1_snapshot_epoch": snap.epoch if l1 else None,
+            "l1_snapshot_keys": len(snap.memory) if l1 else None,
+            "l1_snapshot_base": l1.base if l1 else None,
         }
         try:
             with self.pg.connection() as conn:
@@ -241,17 +292,67 @@ class AgentCheckpointer:
                 seq=cp.seq,
             )
 
-    def _cache(self, cp: Checkpoint, raw: bytes, snap: Snapshot) -> None:
-        """The Redis copies, after the PostgreSQL commit: one script, never over newer."""
-        meta = self.snapshotter.meta(snap, cp.checkpoint_id)
-        items = [
-            (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq, self.backup_ttl_ms),
-            *self.snapshotter.secondary(meta, snap),
-        ]
+    def _send_cache(
+        self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed
+    ) -> redis.connection.Connection | None:
+        """Send the script that writes the Redis copies, without waiting for its reply."""
+        keys_, args = self.snapshotter.cache_call(snap, meta, backup)
+        pool = self.redis.connection_pool
         try:
-            write_sealed(self.redis, cp.agent_id, items)
+            conn = pool.get_connection()
+        except (redis.RedisError, OSError):
+            return None  # answered when the reply is due: the copies are not written
+        try:
+            conn.send_command("EVALSHA", self._cache_sha, len(keys_), *keys_, *args)  # type: ignore[no-untyped-call]
+        except (redis.RedisError, OSError):
+            pool.release(conn)
+            return None
+        return conn
+
+    def _drain(self, conn: redis.connection.Connection | None) -> Any:
+        """The reply of a script sent by :meth:`_send_cache` (the connection goes back)."""
+        if conn is None:
+            raise redis.ConnectionError("Redis could not be reached")
+        try:
+            return conn.read_response()
+        except redis.ResponseError as exc:
+            return exc
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            self.redis.connection_pool.release(conn)
+
+    def _cache(
+        self,
+        cp: Checkpoint,
+        snap: Snapshot,
+        meta: SnapshotMeta,
+        conn: redis.connection.Connection | None,
+    ) -> None:
+        """After the commit: the Redis copies' reply, and the slow path when the script was
+        not loaded, or the secondary could not take a delta. Never over newer copies."""
+        try:
+            try:
+                reply = self._drain(conn)
+            except (redis.RedisError, OSError):
+                reply = None  # the copies are written again below, once
+            if isinstance(reply, list) and reply[1] != -1:
+                return
+            if isinstance(reply, redis.ResponseError) and not isinstance(
+                reply, redis.exceptions.NoScriptError
+            ):
+                raise StoreUnavailable(f"Redis refused the copies: {reply}")
+            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, cp.encode()), cp.seq,
+                      self.backup_ttl_ms)  # fmt: skip
+            with redis_errors(cp.agent_id):
+                keys_, args = self.snapshotter.cache_call(
+                    snap, meta, backup, whole=isinstance(reply, list)
+                )
+                self.redis.register_script(scripts.CACHE)(keys=keys_, args=args)
         except StoreUnavailable as exc:
             # durable in PostgreSQL already, and restore never trusts an older backup
+            self.snapshotter.forget(cp.agent_id)
             raise StoreUnavailable(
                 f"checkpoint {cp.checkpoint_id} is in PostgreSQL, but Redis refused its"
                 f" backup and snapshot: {exc.message}",

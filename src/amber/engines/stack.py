@@ -48,10 +48,15 @@ class Stack:
         self.keys = Keys(settings.prefix)
         self.redis_url = redis_url
         self.database_url = database_url
-        self.redis: redis.Redis = open_redis(redis_url, settings.connect_timeout)
+        self.redis: redis.Redis = open_redis(
+            redis_url, settings.connect_timeout, settings.command_timeout
+        )
         try:
             self.pg: ConnectionPool = open_pg(
-                database_url, settings.connect_timeout, settings.pg_pool_max
+                database_url,
+                settings.connect_timeout,
+                settings.pg_pool_max,
+                settings.command_timeout,
             )
             migrate(self.pg)
         except BaseException:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import msgpack
+import orjson
 import redis
 from psycopg_pool import ConnectionPool
 
@@ -19,7 +20,14 @@ from amber.codec import CodecError, Entry
 from amber.errors import AmberError, ConsistencyError, InvalidIdentifier, StoreUnavailable
 from amber.keys import Keys, check_id, check_key, check_uuid
 from amber.memory import scripts
-from amber.memory.snapshot import Snapshot, SnapshotMeta, elapsed_ms, read_memory
+from amber.memory.snapshot import (
+    Canon,
+    Snapshot,
+    SnapshotMeta,
+    _item,
+    elapsed_ms,
+    read_memory,
+)
 from amber.memory.working import redis_errors
 from amber.schema import sql
 
@@ -42,6 +50,8 @@ class Loaded:
     """The hash of the document as read back (None: compute it from ``memory``)."""
     epoch: str | None = None
     """The incarnation of the memory the snapshot was taken of."""
+    fmt: int = codec.FORMAT_VERSION
+    """The snapshot format ``hash`` was computed in."""
 
 
 @dataclass(frozen=True)
@@ -76,16 +86,19 @@ class ConsistencyVerifier:
                 actual_hash=actual,
             )
 
-    def verify(self, agent_id: str, expected_hash: str, expected_keys: int) -> Snapshot:
+    def verify(
+        self, agent_id: str, expected_hash: str, expected_keys: int, fmt: int = codec.FORMAT_VERSION
+    ) -> Snapshot:
         """After writing: L1 must now hold exactly the snapshot (read in full, trusting
         nothing). Returns what was read; raises ``ConsistencyError`` otherwise."""
         snap = read_memory(self.redis, self.keys, agent_id)
-        if snap.missing or len(snap.memory) != expected_keys or snap.hash != expected_hash:
+        actual = snap.hash_in(fmt)
+        if snap.missing or len(snap.memory) != expected_keys or actual != expected_hash:
             raise ConsistencyError(
                 "restored L1 does not match its snapshot",
                 agent_id=agent_id,
                 expected_hash=expected_hash,
-                actual_hash=snap.hash,
+                actual_hash=actual,
                 expected_keys=expected_keys,
                 actual_keys=len(snap.memory),
             )
@@ -134,6 +147,7 @@ def apply_memory(
                 index_key,
                 seq_key,
                 keys.l1_epoch(agent_id),
+                keys.l1_changes(agent_id),
                 *(keys.l1(agent_id, n) for n in names),
                 *(keys.l1(agent_id, n) for n in sorted(stale)),
             ],
@@ -156,17 +170,89 @@ def _valid_names(raw: list[bytes]) -> set[str]:
 Loader = Callable[[], Loaded | None]
 
 
-def _loaded(source: str, raw: bytes, recorded_hash: str, seq: int, epoch: str | None) -> Loaded:
-    """Decode a stored snapshot, hashing the document as stored before trusting it."""
-    doc = codec.decode_document(raw)
-    stored = codec.document_hash(doc)
-    return Loaded(source, codec.memory_from_document(doc), recorded_hash, seq, stored, epoch)
+def _loader(found: Loaded | str) -> Loader:
+    """A loader returning a snapshot already read, or raising why a row could not be."""
+
+    def load() -> Loaded:
+        if isinstance(found, str):
+            raise ConsistencyError(f"snapshot unreadable: {found}")
+        return found
+
+    return load
 
 
-def _decode_row(row: tuple[Any, ...]) -> Loaded:
-    blob, digest, seq, size, epoch = row
-    raw = codec.unpack(blob, size)
-    return _loaded("postgresql_checkpoint", raw, str(digest), int(seq or 0), epoch)
+def _loaded_canon(
+    source: str, canon: dict[str, Canon], total: int, recorded: str, seq: int, epoch: str | None
+) -> Loaded:
+    """A snapshot rebuilt from canonical keys whose hash was already computed."""
+    doc = {"format": codec.FORMAT_VERSION, "keys": {n: _item(c) for n, c in canon.items()}}
+    memory = codec.memory_from_document(doc)
+    return Loaded(source, memory, recorded, seq, codec.combine(total), epoch)
+
+
+def _canon_of(name: str, item: Any) -> Canon:
+    """One key of a stored document as (type, value, ttl); ``CodecError`` if malformed."""
+    if not isinstance(item, dict) or item.get("type") not in codec.REDIS_TYPES:
+        raise CodecError(f"key {name!r}: missing or unsupported type")
+    ttl = item.get("ttl_ms", codec.NO_TTL)
+    if not isinstance(ttl, int) or isinstance(ttl, bool):
+        raise CodecError(f"key {name!r}: ttl_ms is not an integer")
+    return (item["type"], item.get("value"), ttl)
+
+
+def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[list[Loaded], str | None]:
+    """The snapshots a chain of PostgreSQL rows holds, oldest first, each one verified.
+
+    ``rows`` (seq, blob, size, hash, l1 seq, epoch, base) start with a whole snapshot;
+    each later row is a delta on the one before. Every row's recorded hash is checked
+    as the chain is applied (O(changes) per row, the hash being a sum of key digests);
+    the chain stops at the first row that is corrupt, does not apply, or does not match,
+    and says why.
+    """
+    out: list[Loaded] = []
+    error: str | None = None
+    canon: dict[str, Canon] = {}
+    digests: dict[str, int] = {}
+    total, prev = 0, None
+    for seq, blob, size, recorded, l1_seq, epoch, base in rows:
+        try:
+            doc = codec.decode_document(codec.unpack(blob, size))
+            fmt = codec.document_format(doc)
+            if base is None:
+                keys = doc.get("keys")
+                if not isinstance(keys, dict):
+                    raise CodecError("snapshot document has no 'keys' object")
+                canon = {n: _canon_of(n, it) for n, it in keys.items()}
+                digests = {n: codec.key_digest(n, c[0], c[1]) for n, c in canon.items()}
+                total = sum(digests.values())
+                actual = codec.combine(total) if fmt == 2 else codec.document_hash(doc)
+            else:
+                if base != prev or doc.get("base") != base:
+                    raise CodecError(f"delta of row {seq} applies to row {base}, not {prev}")
+                sets, dels = doc.get("set"), doc.get("del")
+                if not isinstance(sets, dict) or not isinstance(dels, list):
+                    raise CodecError("snapshot delta has no 'set' and 'del'")
+                canon, digests = dict(canon), dict(digests)
+                for n in [*dels, *sets]:
+                    total -= digests.pop(n, 0)
+                    canon.pop(n, None)
+                for n, it in sets.items():
+                    canon[n] = _canon_of(n, it)
+                    digests[n] = codec.key_digest(n, canon[n][0], canon[n][1])
+                    total += digests[n]
+                actual = codec.combine(total)
+            if actual != recorded:
+                raise CodecError(f"snapshot of row {seq} does not match its recorded hash")
+        except CodecError as exc:
+            log.warning("L1 snapshot chain stops before row %s: %s", seq, exc)
+            error = f"checkpoint row {seq}: {exc}"
+            break
+        loaded = _loaded_canon(
+            "postgresql_checkpoint", canon, total, str(recorded), int(l1_seq or 0), epoch
+        )
+        out.append(dataclasses.replace(loaded, fmt=fmt) if base is None else loaded)
+        prev = seq
+    return out, error
 
 
 class L1CacheRestorer:
@@ -187,33 +273,62 @@ class L1CacheRestorer:
         self.ttl_ms = active_ttl * 1000
 
     def load_secondary(self, agent_id: str) -> Loaded | None:
-        """The snapshot in the Redis secondary, decoded but not yet verified."""
-        with redis_errors(agent_id):
-            blob, meta_raw = self.redis.mget(
-                [self.keys.l1_snapshot(agent_id), self.keys.l1_snapshot_meta(agent_id)]
-            )
-        if blob is None or meta_raw is None:
+        """The snapshot in the Redis secondary (one hash field per key, and its sealed
+        meta), decoded, its hash recomputed, not yet compared."""
+        with redis_errors(agent_id), self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.l1_snapshot(agent_id))
+            pipe.get(self.keys.l1_snapshot_meta(agent_id))
+            fields, meta_raw = pipe.execute()
+        if meta_raw is None:
             return None
         meta = SnapshotMeta.unseal(cast(bytes, meta_raw))
-        seq, raw = codec.unseal(cast(bytes, blob))
-        if seq != meta.seq:
-            raise ConsistencyError(
-                f"secondary snapshot is at sequence {seq}, its meta at {meta.seq}",
-                agent_id=agent_id,
-            )
-        return _loaded("redis_secondary", raw, meta.hash, meta.seq, meta.epoch)
+        canon: dict[str, Canon] = {}
+        total = 0
+        for raw_name, raw_item in cast(dict[bytes, bytes], fields).items():
+            name = raw_name.decode("utf-8", "replace")
+            try:
+                rtype, value, ttl = orjson.loads(raw_item)
+            except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+                raise CodecError(f"secondary key {name!r} is malformed: {exc}") from None
+            canon[name] = _canon_of(name, {"type": rtype, "value": value, "ttl_ms": ttl})
+            total += codec.key_digest(name, rtype, value)
+        return _loaded_canon("redis_secondary", canon, total, meta.hash, meta.seq, meta.epoch)
 
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
-        """The newest snapshot stored with a checkpoint in PostgreSQL."""
-        rows = self._pg_rows(analysis_id, agent_type, limit=1)
-        return _decode_row(rows[0]) if rows else None
+        """The newest snapshot stored with checkpoints in PostgreSQL that verifies."""
+        chain = self._pg_chain(analysis_id, agent_type)
+        return chain[-1] if chain else None
 
-    def _pg_rows(self, analysis_id: object, agent_type: str, limit: int) -> list[tuple[Any, ...]]:
+    def _pg_chain(self, analysis_id: object, agent_type: str, below: int = 2**62) -> list[Loaded]:
+        """The sound snapshots of the newest chain below checkpoint ``below``, oldest first."""
+        aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
         with self.pg.connection() as conn:
-            return conn.execute(
-                sql.SNAPSHOTS,
-                (check_uuid(analysis_id), check_id(agent_type, "agent_type"), limit),
+            rows = conn.execute(
+                sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": below}
             ).fetchall()
+        return fold_chain(rows)[0]
+
+    def _pg_candidates(self, analysis_id: object, agent_type: str) -> Iterator[Loaded | str]:
+        """PostgreSQL's snapshots, newest sound one first, and why a newer one was not
+        (a str); an older chain when the newest chain's whole snapshot is unreadable."""
+        below, tried = 2**62, 0
+        while tried < PG_SNAPSHOTS_TRIED:
+            aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
+            with self.pg.connection() as conn:
+                rows = conn.execute(
+                    sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": below}
+                ).fetchall()
+            if not rows:
+                return
+            chain, error = fold_chain(rows)
+            if error:
+                yield error
+            for loaded in reversed(chain):
+                yield loaded
+                tried += 1
+                if tried >= PG_SNAPSHOTS_TRIED:
+                    return
+            below = int(rows[0][0])
 
     def restore_loaded(self, agent_id: str, loaded: Loaded) -> RestoreReport:
         """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch."""
@@ -222,7 +337,7 @@ class L1CacheRestorer:
         epoch = apply_memory(
             self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms
         )
-        self.verifier.verify(agent_id, loaded.hash, len(loaded.memory))
+        self.verifier.verify(agent_id, loaded.hash, len(loaded.memory), loaded.fmt)
         return RestoreReport(
             loaded.source, len(loaded.memory), loaded.seq, loaded.hash, elapsed_ms(t0), True, epoch
         )
@@ -232,8 +347,8 @@ class L1CacheRestorer:
     ) -> Iterator[tuple[str, Loader]]:
         """(source, loader) pairs to try in order: the secondary, then PostgreSQL, newest first."""
         yield "redis_secondary", lambda: self.load_secondary(agent_id)
-        for row in self._pg_rows(analysis_id, agent_type, PG_SNAPSHOTS_TRIED):
-            yield "postgresql_checkpoint", lambda row=row: _decode_row(row)  # type: ignore[misc]
+        for found in self._pg_candidates(analysis_id, agent_type):
+            yield "postgresql_checkpoint", _loader(found)
 
     def restore_from_snapshot(
         self, agent_id: str, analysis_id: object, agent_type: str

@@ -47,6 +47,14 @@ redis.call('PEXPIRE', {seq_key}, {ttl})
 """
 
 
+def _mark_changed(changes_key: str, name: str, ttl: str) -> str:
+    """Lua that records key ``name`` as changed at ``seq`` in the agent's changes zset."""
+    return f"""
+redis.call('ZADD', {changes_key}, seq, {name})
+redis.call('PEXPIRE', {changes_key}, {ttl})
+"""
+
+
 def _keep_epoch(epoch_key: str, ttl: str) -> str:
     """Lua that starts an epoch (born empty) if there is none, and refreshes its TTL."""
     return f"""
@@ -65,7 +73,8 @@ WRITE = (
 -- '<type>:<sequence of its last write>:<server time of it>': unique per write even
 -- when a restore makes the agent's sequence numbers run again.
 -- KEYS[1] the L1 key, KEYS[2] the agent's index hash, KEYS[3] the agent's sequence,
--- KEYS[4] the agent's epoch
+-- KEYS[4] the agent's epoch, KEYS[5] the agent's changes (zset: name -> sequence of its
+-- last write or delete, so a snapshot reads only what changed)
 -- ARGV[1] command (SET, RPUSH, HSET, ...), ARGV[2] key name, ARGV[3] expected type
 -- ARGV[4] TTL in ms for key, index and sequence, ARGV[5] explicit sequence or '',
 -- ARGV[6] expected epoch ('' unguarded, '-' none yet), ARGV[7..] the command's arguments
@@ -102,6 +111,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 """
+    + _mark_changed("KEYS[5]", "ARGV[2]", "ttl")
     + _keep_epoch("KEYS[4]", "ttl")
     + """
 return {result, seq, epoch}
@@ -111,19 +121,25 @@ return {result, seq, epoch}
 DELETE = (
     """
 -- Delete L1 keys and drop them from the index, atomically.
--- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4..] the L1 keys
+-- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes, KEYS[5..] the L1 keys
 -- ARGV[1] TTL in ms for the sequence, ARGV[2] explicit sequence or '',
--- ARGV[3] expected epoch, ARGV[4..] key names
+-- ARGV[3] expected epoch, ARGV[5..] key names (ARGV[4] unused, to align with KEYS)
 """
     + _check_epoch("KEYS[3]", "ARGV[3]")
     + """
 local n = 0
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   n = n + redis.call('DEL', KEYS[i])
   redis.call('HDEL', KEYS[1], ARGV[i])
 end
 """
     + _bump_sequence("KEYS[2]", "ARGV[2]", "tonumber(ARGV[1])")
+    + """
+for i = 5, #ARGV do
+  redis.call('ZADD', KEYS[4], seq, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[1]))
+"""
     + _keep_epoch("KEYS[3]", "tonumber(ARGV[1])")
     + """
 return {n, seq, epoch}
@@ -134,7 +150,7 @@ EXPIRE = (
     """
 -- Give one L1 key its own TTL, marking its index entry ':own' so that its expiry is
 -- known to be intended (not the partial loss recovery must repair).
--- KEYS[1] the L1 key, KEYS[2] index, KEYS[3] sequence, KEYS[4] epoch
+-- KEYS[1] the L1 key, KEYS[2] index, KEYS[3] sequence, KEYS[4] epoch, KEYS[5] changes
 -- ARGV[1] key name, ARGV[2] the key's TTL in ms, ARGV[3] TTL in ms for the sequence,
 -- ARGV[4] explicit sequence or '', ARGV[5] expected epoch
 """
@@ -146,6 +162,7 @@ if not entry or redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
 end
 """
     + _bump_sequence("KEYS[3]", "ARGV[4]", "tonumber(ARGV[3])")
+    + _mark_changed("KEYS[5]", "ARGV[1]", "tonumber(ARGV[3])")
     + _keep_epoch("KEYS[4]", "tonumber(ARGV[3])")
     + """
 local now = redis.call('TIME')
@@ -170,29 +187,22 @@ return r
 )
 
 READ = """
--- Read an agent's whole L1 at one instant, or what changed of it since a known state.
--- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4..] L1 keys the caller found
--- in the index (all of them, or one chunk of them)
--- ARGV[1..n] the names of KEYS[4..], in the same order; ARGV[n+1..2n] the index entry
--- ('<type>:<seq>:<time>') of the value the caller already holds for each, or '';
--- ARGV[2n+1..3n] the tag of the value the caller holds, or ''; ARGV[3n+1] how many
--- keys the index had in all when the caller read it
--- Returns {'retry'} if keys were added or removed since the caller read the index,
--- else one msgpack blob of {sequence, epoch, entry1, type1, value1, tag1, ttl1, ...}:
--- each key's index entry now, its value read by its actual type (or the type 'same'
--- and value false when it still holds the caller's value), its tag, and its own TTL
--- in ms (own TTLs only, else -1).
--- A tag is the tail of DUMP (RDB version and CRC64): a value changed by a client that
--- bypassed amber's write path changes its tag though not its index entry, so it is
--- read again instead of carried over.
+-- Read keys of an agent's L1 at one instant: all of them, a chunk of them, or those
+-- that changed since a snapshot.
+-- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4..] the L1 keys to read
+-- ARGV[1..n] their names; ARGV[n+1] how many keys the index had when the caller read
+-- it ('' when the names did not come from the index); ARGV[n+2] the sequence the caller
+-- expects ('' for any)
+-- Returns {'retry'} if keys were added or removed since the caller read the index, or
+-- the sequence moved; else one msgpack blob of {sequence, epoch, entry1, type1, value1,
+-- ttl1, ...}: each key's index entry (false when the index no longer names it), its
+-- value read by its actual type (type 'none' when it expired), and its own TTL in ms
+-- (own TTLs only, else -1).
 local n = #KEYS - 3
-if redis.call('HLEN', KEYS[1]) ~= tonumber(ARGV[3 * n + 1]) then return {'retry'} end
-local entries = {}
-for i = 1, n do
-  local e = redis.call('HGET', KEYS[1], ARGV[i])
-  if not e then return {'retry'} end
-  entries[i] = e
-end
+local whole = ARGV[n + 1] ~= ''
+if whole and redis.call('HLEN', KEYS[1]) ~= tonumber(ARGV[n + 1]) then return {'retry'} end
+local seq = redis.call('GET', KEYS[2])
+if ARGV[n + 2] ~= '' and (seq or '0') ~= ARGV[n + 2] then return {'retry'} end
 local function read(t, key)
   if t == 'string' then return redis.pcall('GET', key)
   elseif t == 'list' then return redis.pcall('LRANGE', key, 0, -1)
@@ -202,19 +212,14 @@ local function read(t, key)
   end
   return nil
 end
-local function tag(key)
-  local d = redis.call('DUMP', key)
-  if not d then return false end
-  return string.sub(d, -10)
-end
-local out = {redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])}
+local out = {seq, redis.call('GET', KEYS[3])}
 for i = 1, n do
   local key = KEYS[i + 3]
-  local t = string.match(entries[i], '^[^:]*')
-  local v, g = nil, tag(key)
-  if ARGV[n + i] == entries[i] and ARGV[2 * n + i] ~= '' and g == ARGV[2 * n + i] then
-    t, v = 'same', false
-  else
+  local e = redis.call('HGET', KEYS[1], ARGV[i])
+  local t, v, ttl = 'gone', false, -1
+  if not e and whole then return {'retry'} end
+  if e then
+    t = string.match(e, '^[^:]*')
     v = read(t, key)
     if v == nil or (type(v) == 'table' and v.err) then  -- not the indexed type
       t = redis.call('TYPE', key)['ok']
@@ -222,13 +227,11 @@ for i = 1, n do
     elseif v == false or (type(v) == 'table' and #v == 0) then  -- expired
       t, v = 'none', false
     end
+    if string.sub(e, -4) == ':own' then ttl = redis.call('PTTL', key) end
   end
-  local ttl = -1
-  if string.sub(entries[i], -4) == ':own' then ttl = redis.call('PTTL', key) end
-  out[#out + 1] = entries[i]
+  out[#out + 1] = e or false
   out[#out + 1] = t
   out[#out + 1] = v
-  out[#out + 1] = g
   out[#out + 1] = ttl
 end
 return cmsgpack.pack(out)
@@ -236,25 +239,26 @@ return cmsgpack.pack(out)
 
 RESTORE = f"""
 -- Replace an agent's whole L1 with a snapshot, atomically, as a new epoch.
--- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4 .. n+3] the L1 keys to write,
--- KEYS[n+4 ..] stale L1 keys to delete
--- ARGV[1] msgpack list of {{type, values, own_ttl_ms}} aligned with KEYS[4 .. n+3]: values
+-- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes (emptied: a snapshot
+-- of the new epoch reads everything), KEYS[5 .. n+4] the L1 keys to write,
+-- KEYS[n+5 ..] stale L1 keys to delete
+-- ARGV[1] msgpack list of {{type, values, own_ttl_ms}} aligned with KEYS[5 .. n+4]: values
 --         is a string, or a flat list (list items; set members; hash field, value, ...;
 --         zset score, member, ...); own_ttl_ms > 0 restores a key's own TTL
 -- ARGV[2] n; ARGV[3] TTL in ms; ARGV[4] sequence; ARGV[5] the new epoch;
--- ARGV[6 .. n+5] the key names, aligned with KEYS[4 .. n+3]
+-- ARGV[6 .. n+5] the key names, aligned with KEYS[5 .. n+4]
 local data = cmsgpack.unpack(ARGV[1])
 local n = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local writers = {{list = 'RPUSH', set = 'SADD', hash = 'HSET', zset = 'ZADD'}}
 local now = redis.call('TIME')
 local stamp = ':' .. ARGV[4] .. ':' .. now[1] .. now[2]
-for i = n + 4, #KEYS do
+for i = n + 5, #KEYS do
   redis.call('DEL', KEYS[i])
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[4])
 for i = 1, n do
-  local key, item = KEYS[i + 3], data[i]
+  local key, item = KEYS[i + 4], data[i]
   redis.call('DEL', key)
   if item[1] == 'string' then
     redis.call('SET', key, item[2])
@@ -282,22 +286,119 @@ redis.call('SET', KEYS[3], ARGV[5], 'PX', ttl)
 return n
 """
 
-WRITE_SEALED = """
--- Store sealed values (codec.seal), each only if the key holds no sealed value with a
--- higher sequence: a slow or stale writer never replaces a newer copy.
--- KEYS[i] the keys; ARGV[3i-2] value, ARGV[3i-1] its sequence as 20 digits,
--- ARGV[3i] TTL in ms. Returns how many were written.
-local written = 0
-for i, key in ipairs(KEYS) do
+CACHE = f"""
+-- The Redis copies of one checkpoint, each never written over a newer one: the
+-- checkpoint backup (a sealed value) and the L1 secondary (a hash of one field per key,
+-- and its sealed meta), the latter written whole or as a delta on the snapshot it has.
+-- KEYS[1] backup, KEYS[2] secondary hash, KEYS[3] secondary meta, KEYS[4] the agent's
+-- changes zset
+-- ARGV[1] backup value, ARGV[2] its checkpoint sequence (20 digits), ARGV[3] its TTL ms,
+-- ARGV[4] meta value, ARGV[5] the snapshot's sequence (20 digits), ARGV[6] its TTL ms,
+-- ARGV[7] the sequence (20 digits) the delta applies to, or '' for a whole snapshot,
+-- ARGV[8] how many fields are set, ARGV[9 ..] field, value pairs, then names to delete
+-- Returns {{backup written (0/1), secondary: 1 written, 0 newer kept, -1 needs it whole}}.
+local function newer(key, seq)
   local ok, old = pcall(redis.call, 'GET', key)
-  local seq = ARGV[3 * i - 1]
   if ok and old and string.sub(old, 1, 4) == 'AMB1' and string.sub(old, 5, 24) > seq then
-    -- a newer copy is there: keep it
-  else
-    if not ok then redis.call('DEL', key) end  -- a key of another type: not ours to keep
-    redis.call('SET', key, ARGV[3 * i - 2], 'PX', ARGV[3 * i])
-    written = written + 1
+    return true
   end
+  if not ok then redis.call('DEL', key) end  -- a key of another type: not ours to keep
+  return false
 end
-return written
+local backup = 0
+if ARGV[1] ~= '' and not newer(KEYS[1], ARGV[2]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+  backup = 1
+end
+if newer(KEYS[3], ARGV[5]) then return {{backup, 0}} end
+if ARGV[7] ~= '' then
+  local ok, old = pcall(redis.call, 'GET', KEYS[3])
+  if not (ok and old and string.sub(old, 5, 24) == ARGV[7]) then return {{backup, -1}} end
+else
+  redis.call('DEL', KEYS[2])
+end
+if redis.call('TYPE', KEYS[2])['ok'] ~= 'hash' then redis.call('DEL', KEYS[2]) end
+local sets = tonumber(ARGV[8])
+local last = 8 + 2 * sets
+for i = 9, last, {2 * MAX_ARGS_PER_CALL} do
+  redis.call('HSET', KEYS[2], unpack(ARGV, i, math.min(i + {2 * MAX_ARGS_PER_CALL - 1}, last)))
+end
+for i = last + 1, #ARGV, {MAX_ARGS_PER_CALL} do
+  redis.call('HDEL', KEYS[2], unpack(ARGV, i, math.min(i + {MAX_ARGS_PER_CALL - 1}, #ARGV)))
+end
+redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+if ARGV[7] ~= '' then  -- changes up to the delta's base are in a stored snapshot now
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', tonumber(ARGV[7]))
+end
+return {{backup, 1}}
 """
+
+BATCH = (
+    """
+-- Many L1 writes in one atomic step with their bookkeeping: one sequence for the batch.
+-- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes, KEYS[5..] the L1 key
+-- of each write, aligned with the writes
+-- ARGV[1] msgpack list of writes {command, key name, type, {arguments}} (DEL: type '')
+-- ARGV[2] TTL in ms, ARGV[3] explicit sequence or '', ARGV[4] expected epoch
+-- Every write's type is checked before any is applied, so a batch applies whole or
+-- not at all. Returns {results, sequence, epoch}.
+"""
+    + _check_epoch("KEYS[3]", "ARGV[4]")
+    + """
+local ops = cmsgpack.unpack(ARGV[1])
+local types = {}
+for i, op in ipairs(ops) do
+  local key = KEYS[i + 4]
+  local t = types[key]
+  if t == nil then t = redis.call('TYPE', key)['ok'] end
+  if op[1] == 'DEL' then
+    t = 'none'
+  elseif t ~= 'none' and t ~= op[3] then
+    return redis.error_reply('WRONGTYPE ' .. t .. ' ' .. op[2])
+  else
+    t = op[3]
+  end
+  types[key] = t
+end
+local ttl = tonumber(ARGV[2])
+"""
+    + _bump_sequence("KEYS[2]", "ARGV[3]", "ttl")
+    + f"""
+local now = redis.call('TIME')
+local results = {{}}
+for i, op in ipairs(ops) do
+  local key, cmd, name, args = KEYS[i + 4], op[1], op[2], op[4]
+  local r = 0
+  if cmd == 'DEL' then
+    r = redis.call('DEL', key)
+    redis.call('HDEL', KEYS[1], name)
+  else
+    if cmd == 'SET' then
+      redis.call('SET', key, args[1])
+      r = 1
+    else
+      for j = 1, #args, {MAX_ARGS_PER_CALL} do
+        local k = math.min(j + {MAX_ARGS_PER_CALL - 1}, #args)
+        local x = redis.call(cmd, key, unpack(args, j, k))
+        if cmd == 'RPUSH' or cmd == 'LPUSH' then r = x else r = r + x end
+      end
+    end
+    if redis.call('EXISTS', key) == 1 then
+      redis.call('HSET', KEYS[1], name, op[3] .. ':' .. seq .. ':' .. now[1] .. now[2])
+      redis.call('PEXPIRE', key, ttl)
+    else
+      redis.call('HDEL', KEYS[1], name)
+    end
+  end
+  redis.call('ZADD', KEYS[4], seq, name)
+  results[i] = r
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
+redis.call('PEXPIRE', KEYS[4], ttl)
+"""
+    + _keep_epoch("KEYS[3]", "ttl")
+    + """
+return {results, seq, epoch}
+"""
+)

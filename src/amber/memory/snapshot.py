@@ -6,9 +6,11 @@ memory that existed at one instant, on a single server and on a cluster alike.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -34,60 +36,105 @@ READ_CHUNK = 500
 """Keys read per script call, so a big memory never holds Redis for long."""
 
 SNAPSHOTS_REMEMBERED = 1024
-"""Agents whose latest snapshot a snapshotter keeps, to read only what changed next time."""
+"""Agents whose last stored snapshot a snapshotter keeps, to read only what changed next time."""
 
 Sealed = tuple[str, bytes, int, int]
-"""(key, sealed value, its sequence, TTL in ms): one value for ``write_sealed``."""
+"""(key, sealed value, its sequence, TTL in ms): a checkpoint backup to write."""
 
 CHUNKED_ATTEMPTS = 3
 """Chunked reads tried before one script reads a big memory whole."""
 
+Canon = tuple[RedisType, Any, int]
+"""One key in canonical form: (type, JSON-able value, own TTL in ms or -1)."""
+
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One agent's L1 as it was at one instant."""
+    """One agent's L1 as it was at one instant, in canonical form with each key's digest.
+
+    A snapshot read relative to an earlier one (``base_seq``) also says which keys it
+    set (``changed``) and which it dropped (``removed``), so storing it costs what
+    changed, not the whole memory.
+    """
 
     agent_id: str
     memory: dict[str, Entry]
     seq: int
     missing: tuple[str, ...]
     """Keys the index lists but that had expired; dropped from the index by the read."""
-    entries: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-    """Each key's index entry when read ('<type>:<seq>:<time>' of its last write)."""
-    reused: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
-    """Canonical forms carried over from an earlier snapshot for keys that had not changed."""
     epoch: str | None = None
     """The incarnation of the memory read (see ``memory/scripts.py``); None: no memory."""
-    tags: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
-    """Each key's value tag when read (the tail of its DUMP)."""
-
-    @cached_property
-    def canonical(self) -> codec.Canonical:
-        """Every value encoded once, for the hash and the stored document."""
-        return {
-            n: self.reused.get(n) or (e.type, codec.encode_value(e.type, e.value), e.ttl_ms)
-            for n, e in self.memory.items()
-        }
+    canon: dict[str, Canon] = field(default_factory=dict, compare=False, repr=False)
+    digests: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    total: int = field(default=0, compare=False, repr=False)
+    """Sum of ``digests``: the hash, before it is written as hex."""
+    base_seq: int | None = field(default=None, compare=False, repr=False)
+    """The sequence of the snapshot this one was read against (None: read whole)."""
+    changed: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
+    removed: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
 
     @cached_property
     def hash(self) -> str:
-        """SHA-256 over keys, types and values (not TTLs)."""
-        return codec.canonical_hash(self.canonical)
+        """The memory hash over keys, types and values (not TTLs), format 2."""
+        return codec.combine(self.total)
+
+    def hash_in(self, fmt: int) -> str:
+        """The memory hash in snapshot format ``fmt`` (1 for documents written before 2)."""
+        return self.hash if fmt == codec.FORMAT_VERSION else codec.canonical_hash(self.canon, fmt)
+
+    @property
+    def canonical(self) -> codec.Canonical:
+        """Every value encoded once, for the hash and the stored document."""
+        return self.canon
 
     @cached_property
     def raw(self) -> bytes:
-        """The snapshot document as canonical JSON bytes."""
-        doc = codec.canonical_document(self.canonical)
+        """The whole snapshot document as canonical JSON bytes."""
+        doc = codec.canonical_document(self.canon)
         return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
     def pack(self) -> bytes:
-        """The form PostgreSQL stores: zstd canonical JSON (``len(raw)`` bytes unpacked)."""
+        """The whole snapshot as PostgreSQL stores it: zstd canonical JSON."""
         return codec.pack(self.raw)
+
+    def delta_raw(self, base_row: int) -> bytes:
+        """What changed since the base, as a document applied on checkpoint row ``base_row``."""
+        doc = {
+            "format": codec.FORMAT_VERSION,
+            "base": base_row,
+            "set": {n: _item(self.canon[n]) for n in sorted(self.changed)},
+            "del": sorted(self.removed),
+        }
+        return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+
+    def fields(self, names: Iterable[str]) -> list[bytes]:
+        """Secondary hash fields and values, flat: name, ``[type, value, ttl]`` JSON, ..."""
+        out: list[bytes] = []
+        for n in names:
+            out += [n.encode(), orjson.dumps(list(self.canon[n]))]
+        return out
 
     @property
     def indexed(self) -> bool:
         """Whether the agent had an index or sequence at all (False: no L1 exists)."""
         return self.seq > 0 or bool(self.memory) or bool(self.missing)
+
+
+def _item(canon: Canon) -> dict[str, Any]:
+    return {"type": canon[0], "value": canon[1], "ttl_ms": canon[2]}
+
+
+def make_snapshot(
+    agent_id: str,
+    memory: dict[str, Entry],
+    seq: int,
+    missing: tuple[str, ...] = (),
+    epoch: str | None = None,
+) -> Snapshot:
+    """A snapshot of ``memory``, every key encoded and digested (a whole read)."""
+    canon = {n: (e.type, codec.encode_value(e.type, e.value), e.ttl_ms) for n, e in memory.items()}
+    digests = {n: codec.key_digest(n, t, v) for n, (t, v, _) in canon.items()}
+    return Snapshot(agent_id, memory, seq, missing, epoch, canon, digests, sum(digests.values()))
 
 
 @dataclass(frozen=True)
@@ -148,101 +195,185 @@ def _decode_reply(rtype: RedisType, reply: Any) -> codec.Value:
     return [(m, float(s)) for m, s in zip(it, it, strict=True)]
 
 
-def read_memory(
-    client: redis.Redis, keys: Keys, agent_id: str, known: Snapshot | None = None
-) -> Snapshot:
-    """Read every key of an agent's L1 at one instant. Drops expired keys from the index.
+class _Reader:
+    """Runs ``scripts.READ`` over some of one agent's keys and decodes what comes back."""
 
-    Lua scripts read the keys the index lists (declared in ``KEYS[]``, one slot), up
-    to ``READ_CHUNK`` keys per call, every call at the same agent sequence; the read
-    starts over if keys were added or removed in between (or, across chunks, if any
-    write came). With ``known`` (an earlier snapshot of this agent), keys whose index
-    entry is unchanged since then are not read again: every write through
-    ``AgentMemory`` changes its key's entry. Raises ``UnsupportedType`` naming a key
-    that another client turned into a type amber cannot snapshot.
-    """
-    agent_id = check_id(agent_id, "agent_id")
-    index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
-    epoch_key = keys.l1_epoch(agent_id)
-    script = client.register_script(scripts.READ)
-    base = keys.l1_base(agent_id)  # names in the index were checked when written
-    held = known.entries if known is not None else {}
-    held_tags = known.tags if known is not None else {}
+    def __init__(self, client: redis.Redis, keys: Keys, agent_id: str) -> None:
+        self.client, self.agent_id = client, agent_id
+        self.index_key, self.seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
+        self.epoch_key = keys.l1_epoch(agent_id)
+        self.base = keys.l1_base(agent_id)  # names were checked when written
+        self.script = client.register_script(scripts.READ)
 
-    def read(names: list[str], total: int) -> list[Any] | None:
-        reply = script(
-            keys=[index_key, seq_key, epoch_key, *(base + n for n in names)],
-            args=[
-                *names,
-                *(held.get(n, "") for n in names),
-                *(held_tags.get(n, b"") for n in names),
-                total,
-            ],
+    def read(self, names: list[str], total: int | None, seq: int | None) -> list[Any] | None:
+        """Reply items {seq, epoch, entry, type, value, ttl, ...}, or None to start over."""
+        reply = self.script(
+            keys=[self.index_key, self.seq_key, self.epoch_key, *(self.base + n for n in names)],
+            args=[*names, "" if total is None else total, "" if seq is None else seq],
         )
         return (
             cast(list[Any], msgpack.unpackb(reply, raw=True)) if isinstance(reply, bytes) else None
         )
 
-    with redis_errors(agent_id):
-        for attempt in range(READ_ATTEMPTS):
-            names = _names(cast(list[bytes], client.hkeys(index_key)), agent_id)
-            # big memories go in chunks, each at the same sequence (every write bumps it),
-            # so no single script holds the server long; if writers keep interfering,
-            # one script reads everything
-            step = READ_CHUNK if attempt < CHUNKED_ATTEMPTS else max(len(names), 1)
-            replies: list[Any] = []
-            for i in range(0, max(len(names), 1), step):
-                part = read(names[i : i + step], len(names))
-                if part is None or (replies and part[:2] != replies[:2]):
-                    break
-                replies.extend(part if not replies else part[2:])
-            else:
-                break
-        else:
-            raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
-        seq = _sequence(replies[0], agent_id)
-        epoch = replies[1].decode() if isinstance(replies[1], bytes) else None
-        memory: dict[str, Entry] = {}
-        entries: dict[str, str] = {}
-        tags: dict[str, bytes] = {}
-        reused: dict[str, tuple[Any, ...]] = {}
-        missing: list[str] = []
-        expired: list[str] = []
+    def decode(self, names: list[str], items: list[Any]) -> _Decoded:
+        """Each name's entry and value; expired and vanished names; index repairs made."""
+        out = _Decoded(_sequence(items[0], self.agent_id), _text(items[1]))
         retyped: dict[str, str] = {}
         for i, name in enumerate(names):
-            at = 2 + 5 * i
-            entry, actual = (x.decode() for x in replies[at : at + 2])
-            value, tag, own_ttl = replies[at + 2 : at + 5]
-            if isinstance(tag, bytes):
-                tags[name] = tag
-            if actual == "same" and known is not None:
-                memory[name], entries[name] = known.memory[name], entry
-                reused[name] = known.canonical[name]
+            at = 2 + 4 * i
+            raw_entry, actual, value, own_ttl = items[at : at + 4]
+            actual = actual.decode()
+            if raw_entry in (None, False):  # the index no longer names it: deleted
+                out.gone.append(name)
                 continue
+            entry = raw_entry.decode()
             if actual == "none":
                 if not entry.endswith(":own"):  # an own TTL ran out: meant, not lost
-                    missing.append(name)
-                expired.append(name)
+                    out.missing.append(name)
+                out.expired.append(name)
                 continue
             if not supported(actual):
                 raise UnsupportedType(
                     f"key {name!r} holds a {actual}, which amber cannot snapshot",
-                    agent_id=agent_id,
+                    agent_id=self.agent_id,
                     key=name,
                 )
             rtype = cast(RedisType, actual)
             ttl = int(own_ttl) if isinstance(own_ttl, int) and own_ttl > 0 else codec.NO_TTL
-            memory[name] = Entry(rtype, _decode_reply(rtype, value), ttl)
+            out.memory[name] = Entry(rtype, _decode_reply(rtype, value), ttl)
             indexed_type, _, stamp = entry.partition(":")
             if actual != indexed_type:
-                entry = f"{actual}:{stamp}"
-                retyped[name] = entry
-            entries[name] = entry
+                retyped[name] = f"{actual}:{stamp}"
         if retyped:  # another client changed a key's type: the index follows
-            client.hset(index_key, mapping=cast(dict[Any, Any], retyped))
-        if expired:
-            client.hdel(index_key, *expired)
-    return Snapshot(agent_id, memory, seq, tuple(missing), entries, reused, epoch, tags)
+            self.client.hset(self.index_key, mapping=cast(dict[Any, Any], retyped))
+        if out.expired:
+            self.client.hdel(self.index_key, *out.expired)
+        return out
+
+
+@dataclass
+class _Decoded:
+    seq: int
+    epoch: str | None
+    memory: dict[str, Entry] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+
+
+def _sealed_seq(raw: Any) -> int | None:
+    try:
+        return codec.sealed_seq(raw) if isinstance(raw, bytes) else None
+    except ValueError:
+        return None
+
+
+def _text(raw: Any) -> str | None:
+    return raw.decode() if isinstance(raw, bytes) else None
+
+
+def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
+    """Read every key of an agent's L1 at one instant. Drops expired keys from the index.
+
+    Lua scripts read the keys the index lists (declared in ``KEYS[]``, one slot), up
+    to ``READ_CHUNK`` keys per call, every call at the same agent sequence; the read
+    starts over if keys were added or removed in between (or, across chunks, if any
+    write came). Raises ``UnsupportedType`` naming a key that another client turned
+    into a type amber cannot snapshot.
+    """
+    agent_id = check_id(agent_id, "agent_id")
+    reader = _Reader(client, keys, agent_id)
+    with redis_errors(agent_id):
+        for attempt in range(READ_ATTEMPTS):
+            names = _names(cast(list[bytes], client.hkeys(reader.index_key)), agent_id)
+            # big memories go in chunks, each at the same sequence (every write bumps it),
+            # so no single script holds the server long; if writers keep interfering,
+            # one script reads everything
+            step = READ_CHUNK if attempt < CHUNKED_ATTEMPTS else max(len(names), 1)
+            items: list[Any] = []
+            for i in range(0, max(len(names), 1), step):
+                seq = _sequence(items[0], agent_id) if items else None
+                part = reader.read(names[i : i + step], len(names), seq)
+                if part is None:
+                    break
+                items.extend(part if not items else part[2:])
+            else:
+                break
+        else:
+            raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
+        got = reader.decode(names, items)
+    return make_snapshot(agent_id, got.memory, got.seq, tuple(got.missing), got.epoch)
+
+
+def read_changes(client: redis.Redis, keys: Keys, base: Snapshot) -> Snapshot | None:
+    """The agent's L1 now, reading only the keys written or deleted since ``base``.
+
+    The write path records every changed name in the agent's changes set, so this
+    costs what changed, not the memory's size. None when ``base`` is no longer a sound
+    starting point (another incarnation, or a secondary that is not ``base``): the
+    caller reads the whole memory. Keys with their own TTL are read every time, since
+    their expiry is no write.
+    """
+    agent_id = base.agent_id
+    reader = _Reader(client, keys, agent_id)
+    with redis_errors(agent_id):
+        for _ in range(READ_ATTEMPTS):
+            with client.pipeline(transaction=False) as pipe:
+                pipe.zrangebyscore(keys.l1_changes(agent_id), f"({base.seq}", "+inf")
+                pipe.get(reader.seq_key)
+                pipe.get(reader.epoch_key)
+                pipe.get(keys.l1_snapshot_meta(agent_id))
+                changed_raw, seq_raw, epoch_raw, meta_raw = pipe.execute()
+            if _text(epoch_raw) != base.epoch or _sealed_seq(meta_raw) != base.seq:
+                return None  # another incarnation, or a secondary that is not the base
+            seq = _sequence(seq_raw, agent_id)
+            owned = {n for n, c in base.canon.items() if c[2] > 0}
+            names = sorted({n.decode() for n in changed_raw} | owned)
+            if seq == base.seq and not names:  # nothing changed: an empty delta
+                return dataclasses.replace(
+                    base, base_seq=base.seq, changed=frozenset(), removed=frozenset()
+                )
+            items = reader.read(names, None, seq) if names else [seq_raw, epoch_raw]
+            if items is not None:
+                break
+        else:
+            raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
+        got = reader.decode(names, items)
+    if got.epoch != base.epoch:
+        return None
+    memory, canon, digests = dict(base.memory), dict(base.canon), dict(base.digests)
+    total = base.total
+    changed: set[str] = set()
+    removed: set[str] = set()
+    for name in names:
+        old = digests.pop(name, None)
+        if old is not None:
+            total -= old
+            memory.pop(name)
+            canon.pop(name)
+        entry = got.memory.get(name)
+        if entry is None:
+            if old is not None:
+                removed.add(name)
+            continue
+        c = (entry.type, codec.encode_value(entry.type, entry.value), entry.ttl_ms)
+        memory[name], canon[name] = entry, c
+        digests[name] = codec.key_digest(name, c[0], c[1])
+        total += digests[name]
+        changed.add(name)
+    return Snapshot(
+        agent_id,
+        memory,
+        got.seq,
+        tuple(got.missing),
+        got.epoch,
+        canon,
+        digests,
+        total,
+        base.seq,
+        frozenset(changed),
+        frozenset(removed),
+    )
 
 
 def _names(raw: list[bytes], agent_id: str) -> list[str]:
@@ -275,6 +406,21 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+@dataclass(frozen=True)
+class Stored:
+    """The last snapshot of an agent this process stored, and where."""
+
+    snap: Snapshot
+    pg_row: int | None = None
+    """The checkpoint sequence of the PostgreSQL row holding it (None: not in PostgreSQL)."""
+    chain: int = 0
+    """Deltas stored in PostgreSQL since its last whole snapshot."""
+
+
+MAX_CHAIN = 32
+"""Deltas after which a PostgreSQL snapshot is stored whole again (restore reads the chain)."""
+
+
 class L1CacheSnapshotter:
     """Snapshots an agent's L1 to the Redis secondary and, on request, PostgreSQL."""
 
@@ -285,31 +431,48 @@ class L1CacheSnapshotter:
         self.pg = pool
         self.keys = keys
         self.ttl_ms = snapshot_ttl * 1000
-        self._last: OrderedDict[str, Snapshot] = OrderedDict()
+        self._stored: OrderedDict[str, Stored] = OrderedDict()
         self._lock = threading.Lock()
+        self._cache_script = client.register_script(scripts.CACHE)
 
     def take(self, agent_id: str, full: bool = False) -> Snapshot:
         """Read the agent's L1 at one instant, without storing it.
 
-        Keys unchanged since this snapshotter's previous snapshot of the agent are
-        carried over instead of read again, unless ``full``: recovery and verification
-        read everything, trusting nothing.
+        Relative to the last snapshot this snapshotter stored of the agent, only the
+        keys written since are read (O(changes)), unless ``full``: recovery and
+        verification read everything, trusting nothing.
         """
-        known = None if full else self._last.get(agent_id)
-        snap = read_memory(self.redis, self.keys, agent_id, known)
+        stored = None if full else self.stored(agent_id)
+        if stored is not None:
+            snap = read_changes(self.redis, self.keys, stored.snap)
+            if snap is not None:
+                return snap
+        return read_memory(self.redis, self.keys, agent_id)
+
+    def stored(self, agent_id: str) -> Stored | None:
+        """What this process last stored of the agent, if it remembers."""
         with self._lock:
-            self._last[agent_id] = snap
-            self._last.move_to_end(agent_id)
-            while len(self._last) > SNAPSHOTS_REMEMBERED:
-                self._last.popitem(last=False)
-        return snap
+            return self._stored.get(agent_id)
+
+    def remember(self, snap: Snapshot, pg_row: int | None = None, chain: int = 0) -> None:
+        """Note that ``snap`` is now the agent's stored snapshot (the next read's base)."""
+        with self._lock:
+            self._stored[snap.agent_id] = Stored(snap, pg_row, chain)
+            self._stored.move_to_end(snap.agent_id)
+            while len(self._stored) > SNAPSHOTS_REMEMBERED:
+                self._stored.popitem(last=False)
+
+    def forget(self, agent_id: str) -> None:
+        """Drop what is remembered of the agent: its next snapshot is read whole."""
+        with self._lock:
+            self._stored.pop(agent_id, None)
 
     def snapshot_on_checkpoint(
         self, agent_id: str, checkpoint_id: object | None = None, dual_write: bool = False
     ) -> SnapshotMeta:
         """Snapshot to the Redis secondary; with ``dual_write`` also into the checkpoint row.
 
-        Returns the meta (``.hash`` is the snapshot's SHA-256). With ``dual_write``,
+        Returns the meta (``.hash`` is the snapshot's hash). With ``dual_write``,
         raises ``CheckpointNotFound`` if no checkpoint has ``checkpoint_id``.
         """
         snap = self.take(agent_id)
@@ -322,21 +485,53 @@ class L1CacheSnapshotter:
             snap.agent_id, _now(), snap.hash, cid, len(snap.memory), snap.seq, snap.epoch
         )
 
-    def secondary(self, meta: SnapshotMeta, snap: Snapshot) -> list[Sealed]:
-        """The secondary's two values as (key, sealed value, sequence, TTL ms), for
-        ``scripts.WRITE_SEALED``: never written over a newer snapshot."""
-        return [
-            (self.keys.l1_snapshot(meta.agent_id), codec.seal(meta.seq, snap.raw), meta.seq,
-             self.ttl_ms),
-            (self.keys.l1_snapshot_meta(meta.agent_id), meta.seal(), meta.seq, self.ttl_ms),
-        ]  # fmt: skip
+    def cache_call(
+        self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed | None, whole: bool = False
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of ``scripts.CACHE`` writing the secondary (a delta when ``snap``
+        was read against the stored one) and, with ``backup``, the checkpoint backup."""
+        agent_id = snap.agent_id
+        k = self.keys
+        delta = not whole and snap.base_seq is not None
+        sets = sorted(snap.changed) if delta else sorted(snap.canon)
+        fields = snap.fields(sets)
+        args: list[Any] = [
+            backup[1] if backup else "",
+            codec.seal_seq(backup[2]) if backup else "",
+            backup[3] if backup else 0,
+            meta.seal(),
+            codec.seal_seq(snap.seq),
+            self.ttl_ms,
+            codec.seal_seq(cast(int, snap.base_seq)) if delta else "",
+            len(sets),
+            *fields,
+            *(sorted(snap.removed) if delta else []),
+        ]
+        keys_ = [
+            backup[0] if backup else k.checkpoint(agent_id),
+            k.l1_snapshot(agent_id),
+            k.l1_snapshot_meta(agent_id),
+            k.l1_changes(agent_id),
+        ]
+        return keys_, args
+
+    def write_cache(self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed | None = None) -> None:
+        """Write the secondary (and the backup) in one script, never over newer copies; a
+        delta the secondary cannot take (it is not the delta's base) goes again whole."""
+        with redis_errors(snap.agent_id):
+            keys_, args = self.cache_call(snap, meta, backup)
+            _, secondary = cast(list[int], self._cache_script(keys=keys_, args=args))
+            if secondary == -1:
+                keys_, args = self.cache_call(snap, meta, None, whole=True)
+                self._cache_script(keys=keys_, args=args)
 
     def store(
         self, snap: Snapshot, checkpoint_id: object | None = None, dual_write: bool = False
     ) -> SnapshotMeta:
-        """Write an already-taken snapshot to the secondary (and into the checkpoint row)."""
+        """Write an already-taken snapshot to the secondary (and, whole, into the
+        checkpoint row), and remember it as the agent's stored snapshot."""
         meta = self.meta(snap, checkpoint_id)
-        write_sealed(self.redis, snap.agent_id, self.secondary(meta, snap))
+        self.write_cache(snap, meta)
         if dual_write:
             if meta.checkpoint_id is None:
                 raise CheckpointNotFound("dual_write needs a checkpoint_id", agent_id=snap.agent_id)
@@ -359,6 +554,7 @@ class L1CacheSnapshotter:
                         checkpoint_id=meta.checkpoint_id,
                         agent_id=snap.agent_id,
                     )
+        self.remember(snap)
         return meta
 
     def latest_meta(self, agent_id: str) -> SnapshotMeta | None:
@@ -366,21 +562,6 @@ class L1CacheSnapshotter:
         with redis_errors(agent_id):
             raw = self.redis.get(self.keys.l1_snapshot_meta(agent_id))
         return SnapshotMeta.unseal(cast(bytes, raw)) if raw is not None else None
-
-
-def write_sealed(
-    client: redis.Redis, agent_id: str, items: list[tuple[str, bytes, int, int]]
-) -> int:
-    """Store (key, sealed value, sequence, TTL ms) items in one script, each only if its
-    key holds no newer sealed value; returns how many were written."""
-    args: list[Any] = []
-    for _, value, seq, ttl_ms in items:
-        args += [value, codec.seal_seq(seq), ttl_ms]
-    with redis_errors(agent_id):
-        written = client.register_script(scripts.WRITE_SEALED)(
-            keys=[key for key, *_ in items], args=args
-        )
-    return int(cast(int, written))
 
 
 def elapsed_ms(t0: float) -> float:

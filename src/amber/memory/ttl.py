@@ -38,6 +38,7 @@ class L1TTLManager:
                 pipe.expire(k.l1_index(agent_id), l1_ttl)
                 pipe.expire(k.l1_seq(agent_id), l1_ttl)
                 pipe.expire(k.l1_epoch(agent_id), l1_ttl)
+                pipe.expire(k.l1_changes(agent_id), l1_ttl)
                 for full in [k.l1_snapshot(agent_id), k.l1_snapshot_meta(agent_id), *extra]:
                     pipe.expire(full, snapshot_ttl)
                 pipe.execute()

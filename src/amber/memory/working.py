@@ -13,11 +13,12 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
+import msgpack
 import redis
 
 from amber.codec import REDIS_TYPES, RedisType
 from amber.errors import InvalidValue, MemoryLost, StoreUnavailable, WrongType
-from amber.keys import Keys, check_id, check_key
+from amber.keys import Keys, check_id, check_key, check_utf8
 from amber.memory import scripts
 
 COMMAND_TYPES: dict[str, RedisType] = {
@@ -95,6 +96,7 @@ class AgentMemory:
         self._index = keys.l1_index(agent_id)
         self._seq = keys.l1_seq(agent_id)
         self._epoch = keys.l1_epoch(agent_id)
+        self._changes = keys.l1_changes(agent_id)
         self.guarded = False
         self.epoch: str | None = None
         """The incarnation this memory expects, when guarded (None: none yet)."""
@@ -102,6 +104,7 @@ class AgentMemory:
         self._write_script = client.register_script(scripts.WRITE)
         self._delete_script = client.register_script(scripts.DELETE)
         self._expire_script = client.register_script(scripts.EXPIRE)
+        self._batch_script = client.register_script(scripts.BATCH)
 
     def key(self, name: str) -> str:
         """Full Redis key of ``name``."""
@@ -133,7 +136,13 @@ class AgentMemory:
 
     # -- writes -----------------------------------------------------------------------
     def _write(self, command: str, name: str, *args: Any) -> Any:
-        self.key(name)  # checks the name before anything is logged
+        self._check(command, name, args)
+        seq = self.journal(command, name, list(args)) if self.journal else None
+        return self._apply(command, name, list(args), seq)
+
+    def _check(self, command: str, name: str, args: tuple[Any, ...]) -> None:
+        """Refuse a write before anything is logged: a logged write must be replayable."""
+        self.key(name)
         if not args:
             raise InvalidValue(
                 f"{command.lower()} on {name!r} needs at least one value",
@@ -152,13 +161,12 @@ class AgentMemory:
                 raise InvalidValue(
                     f"value for key {name!r} is NaN", agent_id=self.agent_id, key=name
                 )
-        seq = self.journal(command, name, list(args)) if self.journal else None
-        return self._apply(command, name, list(args), seq)
+            check_utf8(arg, "value", agent_id=self.agent_id, key=name)
 
     def _apply(self, command: str, name: str, args: list[Any], seq: int | None) -> Any:
         with redis_errors(self.agent_id, name):
             result, _, epoch = self._write_script(
-                keys=[self.key(name), self._index, self._seq, self._epoch],
+                keys=[self.key(name), self._index, self._seq, self._epoch, self._changes],
                 args=[
                     command,
                     name,
@@ -175,8 +183,14 @@ class AgentMemory:
     def _delete(self, names: list[str], seq: int | None) -> int:
         with redis_errors(self.agent_id):
             removed, _, epoch = self._delete_script(
-                keys=[self._index, self._seq, self._epoch, *(self.key(n) for n in names)],
-                args=[self.ttl_ms, "" if seq is None else seq, self._expected(), *names],
+                keys=[
+                    self._index,
+                    self._seq,
+                    self._epoch,
+                    self._changes,
+                    *(self.key(n) for n in names),
+                ],
+                args=[self.ttl_ms, "" if seq is None else seq, self._expected(), "", *names],
             )
         self._adopt(epoch)
         return int(removed)
@@ -187,7 +201,10 @@ class AgentMemory:
         A write that met a key of another type failed the same way when first made,
         and is skipped.
         """
-        if command == "DEL":
+        if command == BATCH:
+            ops = [[*(_text(x) for x in op[:3]), list(op[3])] for op in args]
+            self._apply_batch(ops, seq)
+        elif command == "DEL":
             self._delete([name, *args], seq)
         elif command == "EXPIRE":
             self._expire(name, int(args[0]), seq)
@@ -198,6 +215,36 @@ class AgentMemory:
             raise InvalidValue(
                 f"the log holds an unknown L1 command {command!r}", agent_id=self.agent_id, key=name
             )
+
+    def batch(self) -> Batch:
+        """Many writes applied in one round trip, atomically, when the block ends:
+
+        ``with mem.batch() as b: b.set("a", 1); b.rpush("log", "x")``. Each write is
+        checked when it is queued; a key of another type refuses the whole batch
+        (``WrongType``) and nothing is applied. ``b.results`` holds each write's result
+        afterwards. In ``wal`` mode the batch is logged as one entry.
+        """
+        return Batch(self)
+
+    def _apply_batch(self, ops: list[list[Any]], seq: int | None) -> list[Any]:
+        with redis_errors(self.agent_id):
+            results, _, epoch = self._batch_script(
+                keys=[
+                    self._index,
+                    self._seq,
+                    self._epoch,
+                    self._changes,
+                    *(self.key(op[1]) for op in ops),
+                ],
+                args=[
+                    msgpack.packb(ops, use_bin_type=False),
+                    self.ttl_ms,
+                    "" if seq is None else seq,
+                    self._expected(),
+                ],
+            )
+        self._adopt(epoch)
+        return list(results)
 
     def set(self, name: str, value: Scalar) -> bool:
         """Set a string key."""
@@ -242,10 +289,7 @@ class AgentMemory:
 
     def zadd(self, name: str, mapping: Mapping[Any, float]) -> int:
         """Add zset members with scores; returns how many were new."""
-        args: list[Scalar] = []
-        for member, score in mapping.items():
-            args += [float(score), member]
-        return int(self._write("ZADD", name, *args))
+        return int(self._write("ZADD", name, *_zadd_args(self.agent_id, name, mapping)))
 
     def zrem(self, name: str, *members: Scalar) -> int:
         """Remove zset members; returns how many were removed."""
@@ -279,7 +323,7 @@ class AgentMemory:
     def _expire(self, name: str, ttl_ms: int, seq: int | None) -> bool:
         with redis_errors(self.agent_id, name):
             done, _, epoch = self._expire_script(
-                keys=[self.key(name), self._index, self._seq, self._epoch],
+                keys=[self.key(name), self._index, self._seq, self._epoch, self._changes],
                 args=[name, ttl_ms, self.ttl_ms, "" if seq is None else seq, self._expected()],
             )
         self._adopt(epoch)
@@ -362,6 +406,102 @@ class AgentMemory:
         return int(cast(bytes, raw)) if raw is not None else 0
 
 
+def _zadd_args(agent_id: str, name: str, mapping: Mapping[Any, float]) -> list[Scalar]:
+    """ZADD's arguments (score, member, ...); a score that is not a number is ``InvalidValue``."""
+    args: list[Scalar] = []
+    for member, score in mapping.items():
+        try:
+            value = float(score)
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidValue(
+                f"zset score for key {name!r} is not a number: {score!r}",
+                agent_id=agent_id,
+                key=name,
+            ) from None
+        args += [value, member]
+    return args
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def supported(rtype: str) -> bool:
     """Whether amber can snapshot a Redis type."""
     return rtype in REDIS_TYPES
+
+
+BATCH = "BATCH"
+"""The log's name of a batch of writes (``AgentMemory.batch``)."""
+
+
+class Batch:
+    """Writes queued by ``AgentMemory.batch()``, applied together when the block ends."""
+
+    def __init__(self, memory: AgentMemory) -> None:
+        self.memory = memory
+        self.ops: list[list[Any]] = []
+        self.results: list[Any] = []
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None and self.ops:
+            self.execute()
+
+    def execute(self) -> list[Any]:
+        """Apply the queued writes now (logged first in ``wal`` mode); their results."""
+        mem, ops = self.memory, self.ops
+        self.ops = []
+        seq = mem.journal(BATCH, "", ops) if mem.journal else None
+        self.results = mem._apply_batch(ops, seq)
+        return self.results
+
+    def _queue(self, command: str, name: str, *args: Any) -> Batch:
+        self.memory._check(command, name, args)
+        self.ops.append([command, name, COMMAND_TYPES[command], list(args)])
+        return self
+
+    def set(self, name: str, value: Scalar) -> Batch:
+        """Queue a string SET."""
+        return self._queue("SET", name, value)
+
+    def rpush(self, name: str, *values: Scalar) -> Batch:
+        """Queue an append to a list."""
+        return self._queue("RPUSH", name, *values)
+
+    def lpush(self, name: str, *values: Scalar) -> Batch:
+        """Queue a prepend to a list."""
+        return self._queue("LPUSH", name, *values)
+
+    def hset(self, name: str, mapping: Mapping[Any, Scalar]) -> Batch:
+        """Queue hash field writes."""
+        return self._queue("HSET", name, *(x for pair in mapping.items() for x in pair))
+
+    def hdel(self, name: str, *fields: Scalar) -> Batch:
+        """Queue hash field deletes."""
+        return self._queue("HDEL", name, *fields)
+
+    def sadd(self, name: str, *members: Scalar) -> Batch:
+        """Queue set additions."""
+        return self._queue("SADD", name, *members)
+
+    def srem(self, name: str, *members: Scalar) -> Batch:
+        """Queue set removals."""
+        return self._queue("SREM", name, *members)
+
+    def zadd(self, name: str, mapping: Mapping[Any, float]) -> Batch:
+        """Queue zset additions with scores."""
+        return self._queue("ZADD", name, *_zadd_args(self.memory.agent_id, name, mapping))
+
+    def zrem(self, name: str, *members: Scalar) -> Batch:
+        """Queue zset removals."""
+        return self._queue("ZREM", name, *members)
+
+    def delete(self, *names: str) -> Batch:
+        """Queue key deletes."""
+        for name in names:
+            self.memory.key(name)
+            self.ops.append(["DEL", name, "", []])
+        return self

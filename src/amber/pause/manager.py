@@ -23,7 +23,7 @@ from amber import defaults
 from amber.agents.coordinator import AgentResult, LeadCoordinator
 from amber.checkpoints.analyses import Analyses
 from amber.errors import AnalysisBusy, AnalysisStateError
-from amber.keys import check_id, check_uuid
+from amber.keys import check_reason, check_uuid
 from amber.memory.recovery import RecoveryReport
 
 log = logging.getLogger("amber.pause")
@@ -106,7 +106,7 @@ class PauseManager:
         recorded on the pause, and a resume recovers from the stored tiers.
         """
         aid = check_uuid(analysis_id)
-        reason, by = check_id(reason, "reason"), check_id(by, "by")
+        reason, by = check_reason(reason, "reason"), check_reason(by, "by")
         record = self.analyses.get(aid)
         if record.status == "paused":
             return self._already(aid, reason)
@@ -170,7 +170,7 @@ class PauseManager:
         failure on its pause record.
         """
         aid = check_uuid(analysis_id)
-        by = check_id(by, "by")
+        by = check_reason(by, "by")
         record = self.analyses.get(aid)
         if record.status in FINISHED:
             raise AnalysisStateError(

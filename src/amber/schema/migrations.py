@@ -113,6 +113,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE analysis_pauses ADD COLUMN frozen_at TIMESTAMPTZ, ADD COLUMN error TEXT;
     UPDATE analysis_pauses SET frozen_at = paused_at;
     """,
+    # 5: L1 snapshots stored as a chain: a whole one, then deltas (only the keys that
+    #    changed), each applying to the snapshot row before it (l1_snapshot_base).
+    """
+    ALTER TABLE agent_checkpoints ADD COLUMN l1_snapshot_base BIGINT;
+    ALTER TABLE agent_checkpoints_archive ADD COLUMN l1_snapshot_base BIGINT;
+    """,
 ]
 
 

@@ -20,7 +20,7 @@ _CHECKPOINT_COLUMNS = (
     " checkpoint_time, progress_pct, current_subtask, completed_subtasks, pending_subtasks,"
     " failure_reason, retry_count, agent_version, state, state_sha256, state_size,"
     " l1_snapshot, l1_snapshot_hash, l1_snapshot_seq, l1_snapshot_size, l1_snapshot_epoch,"
-    " l1_snapshot_keys"
+    " l1_snapshot_keys, l1_snapshot_base"
 )
 
 INSERT_CHECKPOINT = f"""
@@ -32,7 +32,7 @@ SELECT %(checkpoint_id)s::uuid, %(seq)s::bigint, %(writer)s::text, %(stock_ticke
     %(retry_count)s::int, %(agent_version)s::varchar, %(state)s::bytea, %(state_sha256)s::text,
     %(state_size)s::int, %(l1_snapshot)s::bytea, %(l1_snapshot_hash)s::text,
     %(l1_snapshot_seq)s::bigint, %(l1_snapshot_size)s::int, %(l1_snapshot_epoch)s::text,
-    %(l1_snapshot_keys)s::int
+    %(l1_snapshot_keys)s::int, %(l1_snapshot_base)s::bigint
 WHERE NOT EXISTS (
     SELECT 1 FROM agent_checkpoints
     WHERE analysis_id = %(analysis_id)s AND agent_type = %(agent_type)s AND seq >= %(seq)s)
@@ -68,13 +68,18 @@ SNAPSHOT_BY_CHECKPOINT_ID = """
 SELECT l1_snapshot, l1_snapshot_size FROM agent_checkpoints WHERE checkpoint_id = %s
 """
 
-SNAPSHOTS = """
-SELECT l1_snapshot, l1_snapshot_hash, l1_snapshot_seq, l1_snapshot_size, l1_snapshot_epoch
+SNAPSHOT_CHAIN = """
+SELECT seq, l1_snapshot, l1_snapshot_size, l1_snapshot_hash, l1_snapshot_seq, l1_snapshot_epoch,
+    l1_snapshot_base
 FROM agent_checkpoints
-WHERE analysis_id = %s AND agent_type = %s AND l1_snapshot IS NOT NULL
-ORDER BY id DESC LIMIT %s
+WHERE analysis_id = %(a)s AND agent_type = %(t)s AND l1_snapshot IS NOT NULL AND seq < %(below)s
+  AND seq >= (SELECT COALESCE(max(seq), 0) FROM agent_checkpoints
+              WHERE analysis_id = %(a)s AND agent_type = %(t)s AND l1_snapshot IS NOT NULL
+                AND l1_snapshot_base IS NULL AND seq < %(below)s)
+ORDER BY seq
 """
-"""The newest L1 snapshots stored with checkpoints, newest first."""
+"""The newest chain of L1 snapshots below checkpoint ``below``, oldest first: the last
+whole snapshot, then the deltas stored after it (each applies to the row before)."""
 
 SNAPSHOT_SEQS = """
 SELECT l1_snapshot_seq FROM agent_checkpoints
@@ -183,7 +188,7 @@ FROM analysis_pauses WHERE analysis_id = %s ORDER BY id
 
 ATTACH_SNAPSHOT = """
 UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_hash = %s, l1_snapshot_seq = %s,
-    l1_snapshot_size = %s, l1_snapshot_epoch = %s, l1_snapshot_keys = %s
+    l1_snapshot_size = %s, l1_snapshot_epoch = %s, l1_snapshot_keys = %s, l1_snapshot_base = NULL
 WHERE checkpoint_id = %s
 """
 """Store an L1 snapshot with an existing checkpoint (``snapshot_on_checkpoint``)."""

@@ -15,11 +15,12 @@ import random
 import shlex
 import shutil
 import string
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import orjson
 import psycopg
 import redis
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 import amber
 from amber.agents.base import BaseAgent
@@ -80,24 +81,32 @@ WORDS = [
 ]
 
 
+SHAPES: dict[bool, tuple[int, int, int]] = {False: (100, 18, 8), True: (8, 1, 1)}
+"""Floats per series, items per API response and messages per chat: normal values (about
+1 KB each) and small ones (about 150 bytes, so that 10,000 keys stay near 1.5 MB)."""
+
+
 @dataclass
 class Payload:
-    """About 100 KB in 100 values per 100 keys: 40 short strings, 25 lists of 100 floats,
-    25 cached API responses (nested dicts holding a list of items), 10 chat message lists.
+    """Values in groups of 100 keys: 40 notes, 25 lists of floats, 25 cached API responses
+    (nested dicts holding a list of items), 10 chat message lists. About 100 KB per group,
+    or about 15 KB with ``small``.
 
-    ``values`` holds the Python objects (the agent's state, LangGraph's channel values);
-    :meth:`apply` writes them to L1 the way agent code would.
+    ``values`` holds the Python objects (LangGraph's channel values); every one is a dict
+    or a list. :meth:`encoded` gives them as JSON bytes (one working-memory string each);
+    :meth:`write_l1` writes them the way an agent mixing Redis types would.
     """
 
     rng: random.Random
     scale: int = 1
     """Number of 100-value groups (100 keys each)."""
+    small: bool = False
     values: dict[str, Any] = field(default_factory=dict)
     step: int = 0
 
     @classmethod
-    def make(cls, scale: int = 1, seed: int = SEED) -> Payload:
-        p = cls(random.Random(seed), scale)
+    def make(cls, scale: int = 1, seed: int = SEED, small: bool = False) -> Payload:
+        p = cls(random.Random(seed), scale, small)
         for name in p.names():
             p.values[name] = p.fresh(name)
         return p
@@ -121,10 +130,11 @@ class Payload:
     def fresh(self, name: str) -> Any:
         """A new value of the kind ``name`` holds."""
         r, kind = self.rng, self.kind(name)
+        floats, items, messages = SHAPES[self.small]
         if kind == "note":
-            return f"{self._text(6)} #{self.step}"
+            return {"text": self._text(6), "step": self.step}
         if kind == "series":
-            return [r.uniform(-1000.0, 1000.0) for _ in range(100)]
+            return [r.uniform(-1000.0, 1000.0) for _ in range(floats)]
         if kind == "api_cache":
             ticker = "".join(r.choice(string.ascii_uppercase) for _ in range(4))
             return {
@@ -134,28 +144,33 @@ class Payload:
                     {"date": f"2026-{1 + k % 12:02d}-{1 + k:02d}",
                      "open": round(r.uniform(10, 500), 2), "close": round(r.uniform(10, 500), 2),
                      "volume": r.randrange(10**5, 10**8)}
-                    for k in range(18)
+                    for k in range(items)
                 ]},
             }  # fmt: skip
-        return [{"role": ("user", "assistant")[k % 2], "content": self._text(20)} for k in range(8)]
+        return [
+            {"role": ("user", "assistant")[k % 2], "content": self._text(20)}
+            for k in range(messages)
+        ]
 
-    def change(self, count: int | None) -> list[str]:
-        """Give ``count`` random values (all if None) new contents; return their names."""
+    def change(self, count: int | None) -> dict[str, Any]:
+        """Give ``count`` random values (all if None) new contents; return them by name."""
         self.step += 1
         names = self.names()
         chosen = names if count is None else self.rng.sample(names, count)
         for name in chosen:
             self.values[name] = self.fresh(name)
-        return chosen
+        return {name: self.values[name] for name in chosen}
 
-    def write_l1(self, mem: AgentMemory, names: list[str] | None = None) -> None:
-        """Put values into working memory: strings with ``set``, lists with ``rpush``,
-        API responses as JSON strings, chat messages as JSON strings in a list."""
+    def encoded(self) -> list[tuple[str, bytes]]:
+        """Every value as (key name, JSON bytes)."""
+        return [(name, orjson.dumps(value)) for name, value in self.values.items()]
+
+    def write_l1(self, mem: AgentMemory, names: Iterable[str] | None = None) -> None:
+        """Put values into working memory: notes and API responses as JSON strings with
+        ``set``, series with ``rpush``, chat messages as JSON strings in a list."""
         for name in self.values if names is None else names:
             value, kind = self.values[name], self.kind(name)
-            if kind == "note":
-                mem.set(name, value)
-            elif kind == "api_cache":
+            if kind in ("note", "api_cache"):
                 mem.set(name, orjson.dumps(value))
             else:
                 if names is not None:
@@ -166,6 +181,35 @@ class Payload:
     def json_bytes(self) -> int:
         """Size of the values as JSON."""
         return len(orjson.dumps(self.values))
+
+
+WRITE_CHUNK = 1000
+"""Keys per batch when a whole memory is written."""
+
+
+def write_keys(mem: AgentMemory, items: list[tuple[str, bytes]]) -> None:
+    """Write (key name, value) strings into working memory, as one atomic batch.
+
+    The one place that knows whether ``AgentMemory.batch`` exists yet: without it,
+    one ``set`` (one round trip) per key.
+    """
+    batch = getattr(mem, "batch", None)
+    for i in range(0, len(items), WRITE_CHUNK):
+        chunk = items[i : i + WRITE_CHUNK]
+        if batch is None:  # fallback until AgentMemory.batch lands
+            for name, value in chunk:
+                mem.set(name, value)
+            continue
+        with batch() as b:
+            for name, value in chunk:
+                b.set(name, value)
+
+
+def memory_writes() -> str:
+    """How :func:`write_keys` writes, for the header."""
+    if hasattr(AgentMemory, "batch"):
+        return "AgentMemory.batch(): one round trip per step, atomic"
+    return "AgentMemory.set per key: AgentMemory.batch() is not in this amber yet"
 
 
 class BenchAgent(BaseAgent):
@@ -198,11 +242,36 @@ def make_agent(stack: Stack, payload: Payload | None, write_l1: bool = True) -> 
 @dataclass
 class Engines:
     stack: Stack
+    redis_url: str
     database_url: str
     admin_url: str
     embedded: bool
     data_dir: Path
     prefix: str
+    opened: list[Stack] = field(default_factory=list)
+    """Stacks opened by :meth:`connect`, closed and their keys removed at the end."""
+
+    def connect(self, durability: str, tag: str = "", **settings: Any) -> Stack:
+        """Another amber on the same servers and database, in ``durability`` mode; with
+        ``tag``, under a key prefix of its own (``<prefix>-<tag>``)."""
+        stack = amber.connect(
+            self.redis_url,
+            self.database_url,
+            data_dir=self.data_dir,
+            prefix=f"{self.prefix}-{tag}" if tag else self.prefix,
+            durability=durability,
+            **settings,
+        )
+        self.opened.append(stack)
+        return stack
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> int:
+    """Delete every key under ``prefix``; return how many there were."""
+    found = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    for i in range(0, len(found), 500):
+        client.delete(*found[i : i + 500])
+    return len(found)
 
 
 @contextlib.contextmanager
@@ -218,7 +287,7 @@ def engines(tag: str) -> Iterator[Engines]:
     started = not (redis_url and admin_url)
     run = uuid.uuid4().hex[:10]
     prefix, dbname = f"bench-{run}", f"amber_bench_{run}"
-    stack: Stack | None = None
+    eng: Engines | None = None
     created_db = False
     try:
         if started:
@@ -231,15 +300,13 @@ def engines(tag: str) -> Iterator[Engines]:
         created_db = True
         database_url = make_conninfo(admin_url, dbname=dbname)
         stack = amber.connect(redis_url, database_url, data_dir=data_dir, prefix=prefix)
-        yield Engines(stack, database_url, admin_url, started, data_dir, prefix)
+        eng = Engines(stack, redis_url, database_url, admin_url, started, data_dir, prefix)
+        yield eng
     finally:
-        if stack is not None:
-            client = redis.Redis.from_url(stack.redis_url)
-            batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-            for i in range(0, len(batch), 500):
-                client.delete(*batch[i : i + 500])
-            client.close()
-            stack.close()
+        if eng is not None:
+            for s in [eng.stack, *eng.opened]:
+                delete_prefix(s.redis, s.keys.prefix)
+                s.close()
         if created_db and admin_url:
             with psycopg.connect(admin_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
@@ -248,9 +315,11 @@ def engines(tag: str) -> Iterator[Engines]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def pg_url_for_libpq(url: str) -> str:
-    """The URL with its database, as libpq parameters (for psycopg.connect)."""
-    return make_conninfo(**conninfo_to_dict(url))
+def pg_setting(stack: Stack, name: str) -> str:
+    """A PostgreSQL setting as one of ``stack``'s connections sees it."""
+    with stack.pg.connection() as conn:
+        row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+    return str(row[0]) if row else "?"
 
 
 # -- timing -----------------------------------------------------------------------------
@@ -316,14 +385,33 @@ def header(title: str, eng: Engines, extra: dict[str, str] | None = None) -> Non
     print(f"machine:    nproc={os.cpu_count()} ({_cpu_model()}), {platform.platform()}, "
           f"load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     print(f"python:     {platform.python_implementation()} {platform.python_version()}")
+    print(f"amber:      {_amber_source()}")
     print("packages:   " + ", ".join(f"{p} {_version(p)}" for p in PACKAGES))
     print(f"servers:    redis-server {server['redis']}, PostgreSQL {server['postgresql']} "
           f"({'embedded, unix sockets' if eng.embedded else 'external'})")  # fmt: skip
     print(f"redis:      {redact(eng.stack.redis_url)}")
     print(f"postgresql: {redact(eng.database_url)}")
+    print(f"pg commit:  synchronous_commit={pg_setting(eng.stack, 'synchronous_commit')}, "
+          f"fsync={pg_setting(eng.stack, 'fsync')}")  # fmt: skip
     for k, v in (extra or {}).items():
         print(f"{k + ':':<11} {v}")
     print()
+
+
+def _amber_source() -> str:
+    """Where the imported amber comes from, and its git commit (``+dirty``: uncommitted
+    changes under it); PYTHONPATH decides which tree that is."""
+    where = Path(amber.__file__).resolve().parent
+    git = ["git", "-C", str(where)]
+    try:
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    rev = f" (git {commit}{'+dirty' if dirty else ''})" if commit else ""
+    return f"{where}{rev}"
 
 
 def _version(pkg: str) -> str:
@@ -355,19 +443,23 @@ class Row:
 
 
 def table(rows: list[Row | str]) -> None:
-    """One plain-text table; a str row is a section line."""
-    cells = [
+    """One plain-text table of :class:`Row`; a str row is a section line."""
+    print_table(TABLE_HEADER, [
         (r.operation, str(r.st.n), f"{r.st.p50:.3f}", f"{r.st.p99:.3f}", f"{r.st.ops:,.0f}",
          "" if r.ratio is None else f"{r.ratio:.2f}x", r.vs, r.goal,
          "" if r.met is None else ("yes" if r.met else "NO"))
-        if isinstance(r, Row) else None
+        if isinstance(r, Row) else r
         for r in rows
-    ]  # fmt: skip
-    widths = [len(h) for h in TABLE_HEADER]
-    for c in cells:
-        if c is not None:
+    ], right={1, 2, 3, 4, 5})  # fmt: skip
+
+
+def print_table(head: tuple[str, ...], rows: list[tuple[str, ...] | str], right: set[int]) -> None:
+    """A plain-text table: ``rows`` of cells under ``head`` (a str row is a section line);
+    columns in ``right`` are right-aligned."""
+    widths = [len(h) for h in head]
+    for c in rows:
+        if not isinstance(c, str):
             widths = [max(w, len(x)) for w, x in zip(widths, c, strict=True)]
-    right = {1, 2, 3, 4, 5}
 
     def fmt(c: tuple[str, ...]) -> str:
         return "  ".join(
@@ -375,20 +467,12 @@ def table(rows: list[Row | str]) -> None:
             for i, (x, w) in enumerate(zip(c, widths, strict=True))
         ).rstrip()
 
-    line = fmt(TABLE_HEADER)
+    line = fmt(head)
     print(line)
     print("-" * len(line))
-    for r, c in zip(rows, cells, strict=True):
-        print(fmt(c) if c is not None else f"[{r}]")
+    for c in rows:
+        print(f"[{c}]" if isinstance(c, str) else fmt(c))
     print()
-
-
-def have_langgraph() -> bool:
-    try:
-        import langgraph.checkpoint.postgres  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def quick_flag() -> bool:

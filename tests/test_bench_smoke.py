@@ -1,4 +1,4 @@
-"""The benchmark scripts run end to end (``--quick``) and print their table."""
+"""The benchmark scripts run end to end (``--quick``) and print their tables."""
 
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ import pytest
 from tests.conftest import Engines
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-TABLE_HEADER = "operation"
 
 
-@pytest.mark.parametrize("script", ["bench_checkpoint.py", "bench_memory.py"])
-def test_bench_quick(script: str, engines: Engines) -> None:
+def run_quick(script: str, engines: Engines) -> list[str]:
     env = dict(os.environ, AMBER_REDIS_URL=engines.redis_url,
                AMBER_DATABASE_URL=engines.admin_url)  # fmt: skip
     proc = subprocess.run(
@@ -25,6 +23,26 @@ def test_bench_quick(script: str, engines: Engines) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert any(line.startswith("command:") for line in lines)
-    header = [line for line in lines if line.startswith(TABLE_HEADER)]
-    assert header and "p50 ms" in header[0] and "p99 ms" in header[0], proc.stdout[-3000:]
+    assert any(line.startswith("command:") for line in lines), proc.stdout[-3000:]
+    return lines
+
+
+@pytest.mark.parametrize("script", ["bench_checkpoint.py", "bench_memory.py"])
+def test_bench_quick(script: str, engines: Engines) -> None:
+    lines = run_quick(script, engines)
+    header = [line for line in lines if line.startswith("operation")]
+    assert header and "p50 ms" in header[0] and "p99 ms" in header[0], "\n".join(lines[-40:])
+
+
+def test_bench_save_quick(engines: Engines) -> None:
+    lines = run_quick("bench_save.py", engines)
+    out = "\n".join(lines)
+    assert any(line.startswith("sync:") and "synchronous_commit=" in line for line in lines)
+    latency = [line for line in lines if line.startswith("case ")]
+    assert latency and "ratio p50" in latency[0] and "p99 ms" in latency[0], out[-3000:]
+    for case in ("5 changed", "all changed", "full snapshot", "restore with memory"):
+        rows = [line for line in lines if case in line]
+        assert {"checkpoint"} <= {w for line in rows for w in line.split()}, (case, out[-3000:])
+    saves = [line for line in lines if line.startswith("processes ")]
+    assert saves and "LG saves/s" in saves[0], out[-3000:]
+    assert any(line.startswith("1 process ") for line in lines), out[-3000:]

@@ -188,28 +188,11 @@ WRITE_CHUNK = 1000
 
 
 def write_keys(mem: AgentMemory, items: list[tuple[str, bytes]]) -> None:
-    """Write (key name, value) strings into working memory, as one atomic batch.
-
-    The one place that knows whether ``AgentMemory.batch`` exists yet: without it,
-    one ``set`` (one round trip) per key.
-    """
-    batch = getattr(mem, "batch", None)
+    """Write (key name, value) strings into working memory, as atomic batches."""
     for i in range(0, len(items), WRITE_CHUNK):
-        chunk = items[i : i + WRITE_CHUNK]
-        if batch is None:  # fallback until AgentMemory.batch lands
-            for name, value in chunk:
-                mem.set(name, value)
-            continue
-        with batch() as b:
-            for name, value in chunk:
+        with mem.batch() as b:
+            for name, value in items[i : i + WRITE_CHUNK]:
                 b.set(name, value)
-
-
-def memory_writes() -> str:
-    """How :func:`write_keys` writes, for the header."""
-    if hasattr(AgentMemory, "batch"):
-        return "AgentMemory.batch(): one round trip per step, atomic"
-    return "AgentMemory.set per key: AgentMemory.batch() is not in this amber yet"
 
 
 class BenchAgent(BaseAgent):

@@ -53,7 +53,6 @@ from _harness import (
     engines,
     header,
     make_agent,
-    memory_writes,
     pg_setting,
     print_table,
     quick_flag,
@@ -499,7 +498,7 @@ def main() -> None:
                            "every value a dict or list, seed fixed",
                 "modes": "durability=checkpoint (goals) and hybrid, a fresh agent per mode "
                          "and case; values stored as JSON strings",
-                "writes": memory_writes(),
+                "writes": "AgentMemory.batch(): one round trip per step, atomic",
                 "peer": "langgraph-checkpoint-postgres PostgresSaver.from_conn_string, "
                         "default serde, a fresh thread per case",
                 "iterations": "quick smoke run, sizes and counts cut" if quick else

@@ -171,7 +171,6 @@ class DualRecoveryStrategy:
             )
         replayed = self._replay(agent_id, report.seq)
         now = self.snapshotter.take(agent_id, full=True) if replayed else None
-        self.ttl_manager.restore_active_ttl_on_resume(agent_id)
         return RecoveryReport(
             agent_id,
             report.source,

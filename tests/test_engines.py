@@ -213,3 +213,16 @@ async def test_command_timeout_setting_reaches_the_persistence_manager(engines: 
 def test_command_timeout_setting_reaches_the_stack(engines: Engines) -> None:
     with amber.connect(engines.redis_url, engines.database_url, command_timeout=7) as stack:
         assert stack.redis.connection_pool.connection_kwargs["socket_timeout"] == 7
+
+
+def test_the_command_line_starts_without_the_engines() -> None:
+    # `amber --help` starts fast because no command module imports a driver until it runs
+    code = (
+        "import sys, amber.cli; heavy = {'psycopg', 'redis', 'pydantic_settings', 'zstandard',"
+        " 'amber.engines.stack', 'amber.persistence', 'asyncio'} & set(sys.modules);"
+        " print(sorted(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"

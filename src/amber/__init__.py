@@ -8,29 +8,21 @@ write-ahead log between them; pause for days and resume with zero duplicate work
         ...
 """
 
-from amber.agents import (
-    ANALYSTS,
-    AgentResult,
-    BaseAgent,
-    FinancialAnalyst,
-    LeadCoordinator,
-    MarketDataClient,
-    StrategyAnalyst,
-    ValuationAgent,
-)
-from amber.checkpoints import AgentCheckpointer, Checkpoint, checkpoint_migration
-from amber.config import Durability, Settings
-from amber.engines.stack import Stack, connect
+from typing import TYPE_CHECKING, Any
+
 from amber.errors import (
     AmberError,
+    AnalysisBusy,
     AnalysisNotFound,
     AnalysisStateError,
+    CheckpointConflict,
     CheckpointCorrupt,
     CheckpointNotFound,
     ConfigError,
     ConsistencyError,
     InvalidIdentifier,
     InvalidValue,
+    MemoryLost,
     MigrationError,
     NotFound,
     QuotaExceeded,
@@ -42,6 +34,56 @@ from amber.errors import (
     WrongType,
 )
 
+if TYPE_CHECKING:
+    from amber.agents import (
+        ANALYSTS,
+        AgentResult,
+        BaseAgent,
+        FinancialAnalyst,
+        LeadCoordinator,
+        MarketDataClient,
+        StrategyAnalyst,
+        ValuationAgent,
+    )
+    from amber.checkpoints import AgentCheckpointer, Checkpoint, checkpoint_migration
+    from amber.config import Durability, Settings
+    from amber.engines.stack import Stack, connect
+
+_WHERE = {
+    **dict.fromkeys(
+        [
+            "ANALYSTS",
+            "AgentResult",
+            "BaseAgent",
+            "FinancialAnalyst",
+            "LeadCoordinator",
+            "MarketDataClient",
+            "MemoryLost",
+            "StrategyAnalyst",
+            "ValuationAgent",
+        ],
+        "amber.agents",
+    ),
+    **dict.fromkeys(
+        ["AgentCheckpointer", "Checkpoint", "checkpoint_migration"], "amber.checkpoints"
+    ),
+    **dict.fromkeys(["Durability", "Settings"], "amber.config"),
+    **dict.fromkeys(["Stack", "connect"], "amber.engines.stack"),
+}
+"""Where each public name lives: imported on first use, so ``amber --help`` starts fast."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562)."""
+    import importlib
+
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'amber' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -49,10 +91,12 @@ __all__ = [
     "AgentCheckpointer",
     "AgentResult",
     "AmberError",
+    "AnalysisBusy",
     "AnalysisNotFound",
     "AnalysisStateError",
     "BaseAgent",
     "Checkpoint",
+    "CheckpointConflict",
     "CheckpointCorrupt",
     "CheckpointNotFound",
     "ConfigError",
@@ -63,6 +107,7 @@ __all__ = [
     "InvalidValue",
     "LeadCoordinator",
     "MarketDataClient",
+    "MemoryLost",
     "MigrationError",
     "NotFound",
     "QuotaExceeded",

@@ -17,9 +17,6 @@ from amber.errors import AnalysisBusy, AnalysisNotFound, AnalysisStateError
 from amber.keys import check_uuid
 from amber.schema import sql
 
-STATUSES = ("running", "paused", "completed", "failed", "expired")
-"""running → paused ⇄ running → completed | failed; paused past its limit → expired."""
-
 
 @dataclass(frozen=True)
 class AnalysisRecord:

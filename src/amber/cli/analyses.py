@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from amber import defaults
-from amber.agents.base import BaseAgent
-from amber.checkpoints.analyses import STATUSES
 from amber.cli.app import OPTIONS, app, console, err_console, friendly
 from amber.errors import InvalidValue
 from amber.keys import check_reason, check_uuid
+from amber.schema.sql import STATUSES
+
+if TYPE_CHECKING:
+    from amber.agents.base import BaseAgent
 
 analyses_app = typer.Typer(help="Inspect analyses.", no_args_is_help=True)
 app.add_typer(analyses_app, name="analyses")

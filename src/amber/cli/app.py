@@ -9,14 +9,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from amber.engines.stack import Stack, connect
 from amber.errors import AmberError
+
+if TYPE_CHECKING:
+    from amber.engines.stack import Stack
 
 app = typer.Typer(
     name="amber",
@@ -70,6 +72,8 @@ class Options:
     @contextmanager
     def stack(self) -> Iterator[Stack]:
         """Open amber with these options."""
+        from amber.engines.stack import connect
+
         with connect(self.redis_url, self.database_url, self.data_dir, self.prefix) as stack:
             yield stack
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -12,14 +12,17 @@ from rich import box
 from rich.table import Table
 
 from amber.cli.app import OPTIONS, app, console, friendly
-from amber.config import load_settings
-from amber.demo import run_demo
-from amber.engines.embedded import EmbeddedRedis, stop_embedded
-from amber.engines.stack import Stack, connect
+
+if TYPE_CHECKING:
+    from amber.engines.stack import Stack
 
 
 @contextlib.contextmanager
 def _demo_stack(keep: bool) -> Iterator[tuple[Stack, Any]]:
+    from amber.config import load_settings
+    from amber.engines.embedded import EmbeddedRedis, stop_embedded
+    from amber.engines.stack import connect
+
     cfg = load_settings(
         redis_url=OPTIONS.redis_url,
         database_url=OPTIONS.database_url,
@@ -66,6 +69,8 @@ def demo(
     keep: Annotated[bool, typer.Option("--keep", help="Leave the demo's engines running.")] = False,
 ) -> None:
     """Pause an AAPL analysis twice for days (L1 expiry, then Redis lost) and resume it."""
+    from amber.demo import run_demo
+
     say = (lambda _: None) if as_json else (lambda line: console.print(line, highlight=False))
     with _demo_stack(keep) as (stack, lose_redis):
         report = run_demo(stack, lose_redis, say)

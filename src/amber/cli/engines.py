@@ -7,12 +7,11 @@ from pathlib import Path
 from rich.table import Table
 
 from amber.cli.app import OPTIONS, app, console, friendly
-from amber.config import load_settings
-from amber.engines.connect import redact
-from amber.engines.embedded import embedded_state, stop_embedded
 
 
 def _data_dir() -> Path:
+    from amber.config import load_settings
+
     return load_settings(data_dir=OPTIONS.data_dir).data_dir
 
 
@@ -20,6 +19,10 @@ def _data_dir() -> Path:
 @friendly
 def status() -> None:
     """Show which engines amber uses, where, their versions and the schema version."""
+    from amber.config import load_settings
+    from amber.engines.connect import redact
+    from amber.engines.embedded import embedded_state
+
     cfg = load_settings(
         redis_url=OPTIONS.redis_url, database_url=OPTIONS.database_url, data_dir=OPTIONS.data_dir
     )
@@ -52,5 +55,7 @@ def status() -> None:
 @friendly
 def down() -> None:
     """Stop the embedded servers of this data directory (external ones are left alone)."""
+    from amber.engines.embedded import stop_embedded
+
     stopped = stop_embedded(_data_dir())
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")

@@ -6,9 +6,7 @@ import typer
 from rich.table import Table
 
 from amber.cli.app import OPTIONS, app, console, friendly
-from amber.codec import encode_value
 from amber.errors import ConsistencyError
-from amber.memory import read_memory
 
 memory_app = typer.Typer(help="Inspect working memory.", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")
@@ -23,6 +21,9 @@ def _preview(value: object, width: int = 60) -> str:
 @friendly
 def memory_show(agent_id: str) -> None:
     """Show an agent's working memory: keys, types, sizes, TTLs and values."""
+    from amber.codec import encode_value
+    from amber.memory import read_memory
+
     with OPTIONS.stack() as stack:
         snap = read_memory(stack.redis, stack.keys, agent_id)
         mem = stack.memory(agent_id)
@@ -57,6 +58,8 @@ def snapshot(agent_id: str) -> None:
 @friendly
 def verify(agent_id: str) -> None:
     """Check that an agent's working memory matches its latest snapshot (exit 1 if not)."""
+    from amber.memory import read_memory
+
     with OPTIONS.stack() as stack:
         meta = stack.snapshotter.latest_meta(agent_id)
         loaded = stack.restorer.load_secondary(agent_id)

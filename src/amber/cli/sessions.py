@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.table import Table
@@ -12,7 +11,9 @@ from rich.table import Table
 from amber import defaults
 from amber.cli.app import OPTIONS, app, console, friendly
 from amber.errors import SessionNotFoundError
-from amber.persistence import PersistenceManager, Session, Task
+
+if TYPE_CHECKING:
+    from amber.persistence import PersistenceManager
 
 sessions_app = typer.Typer(help="Agent sessions and their task queues.", no_args_is_help=True)
 reviews_app = typer.Typer(help="Reviews waiting for a human.", no_args_is_help=True)
@@ -28,6 +29,9 @@ Limit = Annotated[
 
 def _with_manager(work: Callable[[PersistenceManager], Awaitable[T]]) -> T:
     """Run ``work`` on a manager opened with the shared options, then close it."""
+    import asyncio
+
+    from amber.persistence import PersistenceManager
 
     async def run() -> T:
         async with PersistenceManager(
@@ -54,6 +58,7 @@ def list_sessions(limit: Limit = 100) -> None:
 @friendly
 def show_session(session_id: str) -> None:
     """Show one session and the tasks still queued in it."""
+    from amber.persistence import Session, Task
 
     async def load(pm: PersistenceManager) -> tuple[Session, list[Task]]:
         session = await pm.get_session(session_id)

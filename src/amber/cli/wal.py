@@ -17,10 +17,6 @@ from rich.table import Table
 from amber import defaults
 from amber.cli.app import app, console, friendly, say_error
 from amber.errors import InvalidValue, WalError
-from amber.wal.files import list_checkpoints, read_checkpoint, read_header
-from amber.wal.format import scan_frames
-from amber.wal.retention import checkpoint_dir, compact, wal_dir
-from amber.wal.segments import check_segment, list_segments, read_file
 
 wal_app = typer.Typer(help="Inspect, verify and compact a write-ahead log directory.")
 app.add_typer(wal_app, name="wal")
@@ -29,6 +25,9 @@ DirArg = Annotated[Path, typer.Argument(help="Store directory (or a directory of
 
 
 def _dirs(directory: Path) -> tuple[Path, Path]:
+    from amber.wal.retention import checkpoint_dir, wal_dir
+    from amber.wal.segments import list_segments
+
     if not directory.is_dir():
         raise WalError("not a directory", directory=str(directory))
     wals = wal_dir(directory)
@@ -43,6 +42,10 @@ def _dirs(directory: Path) -> tuple[Path, Path]:
 @friendly
 def inspect(directory: DirArg) -> None:
     """List segments (entries, sequence range) and checkpoint files with their header fields."""
+    from amber.wal.files import list_checkpoints, read_header
+    from amber.wal.format import scan_frames
+    from amber.wal.segments import list_segments, read_file
+
     wals, ckpts = _dirs(directory)
     segs = Table("segment", "bytes", "entries", "first seq", "last seq", "state")
     for first, path in list_segments(wals):
@@ -78,6 +81,9 @@ def inspect(directory: DirArg) -> None:
 @friendly
 def verify(directory: DirArg) -> None:
     """Check every entry and checkpoint checksum; exit 1 naming file and offset on damage."""
+    from amber.wal.files import list_checkpoints, read_checkpoint
+    from amber.wal.segments import check_segment, list_segments, read_file
+
     wals, ckpts = _dirs(directory)
     bad = 0
     entries = 0
@@ -111,6 +117,8 @@ def compact_cmd(
     ] = defaults.CHECKPOINT_KEEP,
 ) -> None:
     """Remove what retention allows: old checkpoints and the log before the oldest kept one."""
+    from amber.wal.retention import compact
+
     if not math.isfinite(retention_hours):
         raise InvalidValue("--retention-hours must be a finite number", field="retention_hours")
     _dirs(directory)

@@ -109,6 +109,9 @@ SELECT {_CHECKPOINT_COLUMNS}, created_at, NOW() FROM agent_checkpoints WHERE ana
 
 DELETE_CHECKPOINTS = "DELETE FROM agent_checkpoints WHERE analysis_id = %s"
 
+STATUSES = ("running", "paused", "completed", "failed", "expired")
+"""running → paused ⇄ running → completed | failed; paused past its limit → expired."""
+
 # -- analyses ------------------------------------------------------------------------------
 ANALYSIS_COLUMNS = "analysis_id, stock_ticker, agents, status, preserve, created_at, updated_at"
 

@@ -256,21 +256,26 @@ def test_a_wrong_type_in_a_recovery_tier_is_skipped_with_its_reason(
     assert restored.skipped and "another type" in restored.skipped[0]
 
 
-# -- a write that bypassed amber is seen ---------------------------------------------------
-def test_an_incremental_snapshot_sees_writes_made_outside_amber(
+# -- a write that bypassed amber: single writer, and full reads see it ------------------
+def test_only_the_runner_writes_and_full_reads_see_writes_that_bypassed_amber(
     stack: amber.Stack, mem: AgentMemory
 ) -> None:
-    before = stack.snapshotter.take(mem.agent_id)
+    # Saves read only what amber's write path recorded (O(changes)); amber's own writers
+    # are one runner per analysis (its lock). A client that writes working-memory keys
+    # behind amber's back is outside that contract: every full read sees what it did.
+    stored = stack.snapshotter.take(mem.agent_id)
+    stack.snapshotter.store(stored)
     for name, write in [
         ("current_subtask", lambda key: stack.redis.set(key, "changed by redis-cli")),
         ("aapl_historical_roi", lambda key: stack.redis.rpush(key, "0.99")),
         ("tickers", lambda key: stack.redis.srem(key, "T7")),
     ]:
         write(mem.key(name))
-    after = stack.snapshotter.take(mem.agent_id)  # incremental: reuses what it may
-    full = read_memory(stack.redis, stack.keys, mem.agent_id)
-    assert after.hash == full.hash != before.hash
-    assert after.memory["current_subtask"].value == b"changed by redis-cli"
+    full = stack.snapshotter.take(mem.agent_id, full=True)  # recovery, pause, verify
+    assert full.hash == read_memory(stack.redis, stack.keys, mem.agent_id).hash != stored.hash
+    assert full.memory["current_subtask"].value == b"changed by redis-cli"
+    mem.set("through_amber", "seen")  # a write through amber is in the very next save
+    assert "through_amber" in stack.snapshotter.take(mem.agent_id).changed
 
 
 # -- own TTLs survive pause and resume -----------------------------------------------------

@@ -310,3 +310,18 @@ def test_sealed_values_detect_every_flipped_byte() -> None:
         bad[i] ^= 0x10
         with pytest.raises(codec.CodecError):
             codec.unseal(bytes(bad))
+
+
+def test_a_guarded_read_of_a_lost_key_is_memory_lost_not_none(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    mem = stack.memory(uid("partial"))
+    mem.guard(None)
+    mem.set("cached_response", "expensive")
+    mem.set("short", "x")
+    assert mem.expire("short", 600)
+    stack.redis.delete(mem.key("cached_response"))  # evicted: the index still lists it
+    with pytest.raises(MemoryLost):
+        mem.get("cached_response")
+    stack.redis.delete(mem.key("short"))  # an own TTL running out is meant
+    assert mem.get("short") is None and mem.get("never_written") is None

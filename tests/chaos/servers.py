@@ -28,9 +28,15 @@ class ChaosRedis:
         return self.own is not None
 
     def flush(self, prefix: str) -> int:
-        """Delete every key of the run (``<prefix>:*``) and nothing else; returns how many."""
+        """Lose every key of the run at once, as a flush or a restart does: FLUSHALL on the
+        run's own server; on an external one, a delete of ``<prefix>:*`` (not atomic:
+        keys written meanwhile survive, a partial loss); returns how many went."""
         client = redis.Redis.from_url(self.url)
         try:
+            if self.own is not None:
+                n = int(client.dbsize())
+                client.flushall()
+                return n
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             for i in range(0, len(keys), 500):
                 client.delete(*keys[i : i + 500])

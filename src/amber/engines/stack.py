@@ -88,7 +88,9 @@ class Stack:
             self.snapshotter,
             self.restorer,
             self.ttl_manager,
-            (lambda agent, after: journal.replay(self.memory, agent, after)) if journal else None,
+            (lambda agent, after, epoch: journal.replay(self.memory, agent, after, epoch))
+            if journal
+            else None,
         )
         """L1 → Redis secondary → PostgreSQL (plus the log's replay in ``wal`` mode)."""
         self.checkpointer = AgentCheckpointer(

@@ -72,16 +72,24 @@ class L1Journal:
 
         return append
 
-    def replay(self, memory: Callable[[str], AgentMemory], agent_id: str, after: int) -> int:
-        """Apply every logged write after sequence ``after``; returns how many."""
+    def replay(
+        self,
+        memory: Callable[[str], AgentMemory],
+        agent_id: str,
+        after: int,
+        epoch: str | None = None,
+    ) -> tuple[int, str | None]:
+        """Apply every logged write after sequence ``after`` onto the incarnation
+        ``epoch`` (``MemoryLost`` if Redis loses it meanwhile); (how many, epoch after)."""
         mem = memory(agent_id)
+        mem.guard(epoch)
         count = 0
         for entry in self.log(agent_id).entries_after(after):
             if entry.op == L1_OP:
                 command, name, args = entry.data
                 mem.replay(_text(command), _text(name), list(args), entry.seq)
                 count += 1
-        return count
+        return count, mem.epoch
 
     def compact(self, agent_id: str, snapshot_seqs: list[int]) -> int:
         """Drop log segments no restore can need, given the durable snapshots' sequences

@@ -15,8 +15,10 @@ from amber.memory.ttl import L1TTLManager
 
 log = logging.getLogger("amber.memory")
 
-Replayer = Callable[[str, int], int]
-"""(agent_id, after_seq) → entries replayed; the WAL mode's log replay."""
+Replayer = Callable[[str, int, str | None], tuple[int, str | None]]
+"""(agent_id, after_seq, epoch) → (entries replayed, epoch after): the WAL mode's log
+replay, guarded by the incarnation it replays onto, so a memory lost meanwhile is
+``MemoryLost``, never a memory rebuilt from part of the log."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ class DualRecoveryStrategy:
         ok, reason = l1_complete(snap, reference)
         if ok:
             self.ttl_manager.restore_active_ttl_on_resume(agent_id)
-            replayed = self._replay(agent_id, snap.seq)
+            replayed, epoch = self._replay(agent_id, snap.seq, snap.epoch)
             verified = (
                 reference is not None
                 and snap.seq == reference.seq
@@ -147,7 +149,7 @@ class DualRecoveryStrategy:
                 snap.seq,
                 verified,
                 replayed,
-                epoch=self._epoch(agent_id, snap.epoch, replayed),
+                epoch=epoch,
             )
         return self._restore(agent_id, analysis_id, agent_type, t0, reason)
 
@@ -156,7 +158,10 @@ class DualRecoveryStrategy:
     ) -> RecoveryReport:
         report = self.l1_restorer.restore_from_snapshot(agent_id, analysis_id, agent_type)
         if report is None:
-            replayed = self._replay(agent_id, 0)
+            epoch = None
+            if self.replayer is not None:  # the log holds it all: start from nothing
+                epoch = self.l1_restorer.wipe(agent_id)
+            replayed, epoch = self._replay(agent_id, 0, epoch)
             now = self.snapshotter.take(agent_id, full=True) if replayed else None
             return RecoveryReport(
                 agent_id,
@@ -167,9 +172,9 @@ class DualRecoveryStrategy:
                 False,
                 replayed,
                 reason,
-                now.epoch if now else None,
+                epoch,
             )
-        replayed = self._replay(agent_id, report.seq)
+        replayed, epoch = self._replay(agent_id, report.seq, report.epoch)
         now = self.snapshotter.take(agent_id, full=True) if replayed else None
         return RecoveryReport(
             agent_id,
@@ -180,13 +185,8 @@ class DualRecoveryStrategy:
             report.verified,
             replayed,
             reason,
-            now.epoch if now else report.epoch,
+            epoch,
         )
 
-    def _epoch(self, agent_id: str, read: str | None, replayed: int) -> str | None:
-        if not replayed:
-            return read
-        return self.snapshotter.take(agent_id, full=True).epoch
-
-    def _replay(self, agent_id: str, after: int) -> int:
-        return self.replayer(agent_id, after) if self.replayer else 0
+    def _replay(self, agent_id: str, after: int, epoch: str | None) -> tuple[int, str | None]:
+        return self.replayer(agent_id, after, epoch) if self.replayer else (0, epoch)

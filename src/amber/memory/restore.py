@@ -330,6 +330,10 @@ class L1CacheRestorer:
                     return
             below = int(rows[0][0])
 
+    def wipe(self, agent_id: str) -> str:
+        """Replace the agent's L1 with an empty one, as a new incarnation; its epoch."""
+        return apply_memory(self.redis, self.keys, agent_id, {}, 0, self.ttl_ms)
+
     def restore_loaded(self, agent_id: str, loaded: Loaded) -> RestoreReport:
         """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch."""
         t0 = time.perf_counter()

@@ -174,13 +174,23 @@ return {1, seq, epoch}
 
 READ_ONE = (
     """
--- A guarded read of one L1 key: refused when the memory is not the caller's epoch.
--- KEYS[1] epoch, KEYS[2] the L1 key; ARGV[1] expected epoch, ARGV[2] command,
--- ARGV[3..] its arguments after the key
+-- A guarded read of one L1 key: refused when the memory is not the caller's epoch, or
+-- when the key is gone though the index lists it (part of the memory was lost: an
+-- eviction, an expiry), so a lost value is never read as a missing one.
+-- KEYS[1] epoch, KEYS[2] the L1 key, KEYS[3] index; ARGV[1] expected epoch, ARGV[2]
+-- command, ARGV[3] key name, ARGV[4..] the command's arguments after the key
 """
     + _check_epoch("KEYS[1]", "ARGV[1]")
     + """
-local r = redis.call(ARGV[2], KEYS[2], unpack(ARGV, 3))
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local e = redis.call('HGET', KEYS[3], ARGV[3])
+  if e and string.sub(e, -4) ~= ':own' then
+    return redis.error_reply('"""
+    + LOST
+    + """ ' .. (epoch or '-') .. ' ' .. ARGV[3])
+  end
+end
+local r = redis.call(ARGV[2], KEYS[2], unpack(ARGV, 4))
 if type(r) == 'table' and r['ok'] then return r['ok'] end
 return r
 """

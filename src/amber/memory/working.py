@@ -45,7 +45,7 @@ def redis_errors(agent_id: str, name: str | None = None) -> Iterator[None]:
         if text.startswith(scripts.LOST):
             raise MemoryLost(
                 "working memory was lost or replaced in Redis since it was recovered"
-                f" (epoch now {text.split()[-1]!r}); recover it first",
+                f" (epoch now {text.split()[1]!r}); recover it first",
                 agent_id=agent_id,
                 key=name,
             ) from None
@@ -337,7 +337,7 @@ class AgentMemory:
             if not self.guarded:
                 return self.redis.execute_command(command, key, *args)  # type: ignore[no-untyped-call]
             return self._read_script(
-                keys=[self._epoch, key], args=[self._expected(), command, *args]
+                keys=[self._epoch, key, self._index], args=[self._expected(), command, name, *args]
             )
 
     def get(self, name: str) -> bytes | None:

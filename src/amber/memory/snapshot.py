@@ -72,6 +72,8 @@ class Snapshot:
     """The sequence of the snapshot this one was read against (None: read whole)."""
     changed: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
     removed: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
+    owned: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
+    """Keys with their own TTL (their expiry is no write: every read looks at them)."""
 
     @cached_property
     def hash(self) -> str:
@@ -134,7 +136,10 @@ def make_snapshot(
     """A snapshot of ``memory``, every key encoded and digested (a whole read)."""
     canon = {n: (e.type, codec.encode_value(e.type, e.value), e.ttl_ms) for n, e in memory.items()}
     digests = {n: codec.key_digest(n, t, v) for n, (t, v, _) in canon.items()}
-    return Snapshot(agent_id, memory, seq, missing, epoch, canon, digests, sum(digests.values()))
+    owned = frozenset(n for n, c in canon.items() if c[2] > 0)
+    return Snapshot(
+        agent_id, memory, seq, missing, epoch, canon, digests, sum(digests.values()), owned=owned
+    )
 
 
 @dataclass(frozen=True)
@@ -327,8 +332,7 @@ def read_changes(client: redis.Redis, keys: Keys, base: Snapshot) -> Snapshot | 
             if _text(epoch_raw) != base.epoch or _sealed_seq(meta_raw) != base.seq:
                 return None  # another incarnation, or a secondary that is not the base
             seq = _sequence(seq_raw, agent_id)
-            owned = {n for n, c in base.canon.items() if c[2] > 0}
-            names = sorted({n.decode() for n in changed_raw} | owned)
+            names = sorted({n.decode() for n in changed_raw} | base.owned)
             if seq == base.seq and not names:  # nothing changed: an empty delta
                 return dataclasses.replace(
                     base, base_seq=base.seq, changed=frozenset(), removed=frozenset()
@@ -345,6 +349,7 @@ def read_changes(client: redis.Redis, keys: Keys, base: Snapshot) -> Snapshot | 
     total = base.total
     changed: set[str] = set()
     removed: set[str] = set()
+    owned = set(base.owned)
     for name in names:
         old = digests.pop(name, None)
         if old is not None:
@@ -352,10 +357,13 @@ def read_changes(client: redis.Redis, keys: Keys, base: Snapshot) -> Snapshot | 
             memory.pop(name)
             canon.pop(name)
         entry = got.memory.get(name)
+        owned.discard(name)
         if entry is None:
             if old is not None:
                 removed.add(name)
             continue
+        if entry.ttl_ms > 0:
+            owned.add(name)
         c = (entry.type, codec.encode_value(entry.type, entry.value), entry.ttl_ms)
         memory[name], canon[name] = entry, c
         digests[name] = codec.key_digest(name, c[0], c[1])
@@ -373,6 +381,7 @@ def read_changes(client: redis.Redis, keys: Keys, base: Snapshot) -> Snapshot | 
         base.seq,
         frozenset(changed),
         frozenset(removed),
+        frozenset(owned),
     )
 
 

@@ -104,9 +104,8 @@ def test_kill_between_the_postgresql_commit_and_the_redis_write(
     assert all(r.status == "completed" for r in report.results.values())
     assert not committed & set(starts), "a subtask whose checkpoint had committed ran again"
     assert len(starts) + len(committed) == 13
-    for cls in ANALYSTS:  # one unbroken chain of checkpoints per agent
-        head = _head_seq(stack, aid, cls.agent_type)
-        assert sorted(_seqs(stack, aid, cls.agent_type)) == list(range(1, head + 1))
+    for cls in ANALYSTS:
+        _assert_one_chain(stack, aid, cls.agent_type)
 
 
 def _seqs(stack: amber.Stack, aid: str, agent_type: str) -> list[int]:
@@ -116,6 +115,24 @@ def _seqs(stack: amber.Stack, aid: str, agent_type: str) -> list[int]:
             (aid, agent_type),
         ).fetchall()
     return [int(r[0]) for r in rows]
+
+
+def _assert_one_chain(stack: amber.Stack, aid: str, agent_type: str) -> None:
+    """The agent's checkpoints are 1, 2, ... with no gap and no number twice."""
+    head = _head_seq(stack, aid, agent_type)
+    assert sorted(_seqs(stack, aid, agent_type)) == list(range(1, head + 1))
+
+
+def _dead_at_the_gate(
+    stack: amber.Stack, tmp_path: Path, durability: str
+) -> tuple[str, Path, Path]:
+    """An analysis whose runner was SIGKILLed inside its "gate" subtask."""
+    aid, gate, book = _gated(stack, tmp_path)
+    child = _child(aid, durability)
+    _wait_for(book, "gate", child)
+    child.kill()
+    child.communicate(timeout=30)
+    return aid, gate, book
 
 
 def _gated(stack: amber.Stack, tmp_path: Path) -> tuple[str, Path, Path]:
@@ -141,11 +158,7 @@ def _starts(book: Path) -> list[str]:
 def test_a_sigkilled_runner_is_taken_over_by_amber_resume(
     stack: amber.Stack, engines: Engines, tmp_path: Path
 ) -> None:
-    aid, gate, book = _gated(stack, tmp_path)
-    child = _child(aid)
-    _wait_for(book, "gate", child)
-    child.kill()
-    child.communicate(timeout=30)
+    aid, gate, book = _dead_at_the_gate(stack, tmp_path, "hybrid")
     assert stack.analyses.get(aid).status == "running"
     assert not stack.analyses.has_runner(aid)
     gate.touch()
@@ -186,19 +199,14 @@ def test_a_pause_from_another_process_never_overwrites_the_running_subtask(
         resumed = fresh.pause_manager.resume(aid)
     assert resumed.results["gate_agent"].status == "completed"
     assert _starts(book) == ["one", "gate", "three"]  # nothing ran twice
-    head = _head_seq(stack, aid, "gate_agent")
-    assert sorted(_seqs(stack, aid, "gate_agent")) == list(range(1, head + 1))
+    _assert_one_chain(stack, aid, "gate_agent")
 
 
 @pytest.mark.parametrize("durability", ["hybrid", "wal"])
 def test_a_pause_after_the_runner_died_is_done_by_the_pausing_process(
     stack: amber.Stack, tmp_path: Path, durability: str
 ) -> None:
-    aid, gate, book = _gated(stack, tmp_path)
-    child = _child(aid, durability)
-    _wait_for(book, "gate", child)
-    child.kill()
-    child.communicate(timeout=30)
+    aid, gate, book = _dead_at_the_gate(stack, tmp_path, durability)
     with amber.connect(durability=durability) as other:
         report = other.pause_manager.pause(aid, "quota_exhausted", "ops")
         assert not report.pending and len(report.agents) == 1

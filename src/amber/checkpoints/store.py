@@ -160,7 +160,8 @@ class AgentCheckpointer:
         a stored one. ``dual_write`` (default: per durability mode) puts the L1 snapshot
         in PostgreSQL too. Acknowledged when PostgreSQL has committed.
         """
-        snap = self.snapshotter.take(agent.agent_id)
+        written = set(agent.l1_cache.written)
+        snap = self.snapshotter.take(agent.agent_id, hint=written)
         self._check_memory(agent, snap)
         cp = Checkpoint(
             checkpoint_id=str(uuid.uuid4()),
@@ -205,6 +206,7 @@ class AgentCheckpointer:
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
         self.snapshotter.remember(snap, cp.seq if l1 else None, l1.chain if l1 else 0)
+        agent.l1_cache.written -= written
         if dual and self.journal is not None:
             self._compact_log(cp)
         self._cache(cp, snap, meta, pending)

@@ -196,7 +196,45 @@ return r
 """
 )
 
-READ = """
+_READ_KEYS = """
+local function read(t, key)
+  if t == 'string' then return redis.pcall('GET', key)
+  elseif t == 'list' then return redis.pcall('LRANGE', key, 0, -1)
+  elseif t == 'hash' then return redis.pcall('HGETALL', key)
+  elseif t == 'set' then return redis.pcall('SMEMBERS', key)
+  elseif t == 'zset' then return redis.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+  end
+  return nil
+end
+-- appends entry, type, value, own TTL of each of n keys starting at KEYS[first]
+local function read_keys(out, first, n, whole)
+  for i = 1, n do
+    local key = KEYS[first + i - 1]
+    local e = redis.call('HGET', KEYS[1], ARGV[i])
+    local t, v, ttl = 'gone', false, -1
+    if not e and whole then return false end
+    if e then
+      t = string.match(e, '^[^:]*')
+      v = read(t, key)
+      if v == nil or (type(v) == 'table' and v.err) then  -- not the indexed type
+        t = redis.call('TYPE', key)['ok']
+        v = read(t, key) or false
+      elseif v == false or (type(v) == 'table' and #v == 0) then  -- expired
+        t, v = 'none', false
+      end
+      if string.sub(e, -4) == ':own' then ttl = redis.call('PTTL', key) end
+    end
+    out[#out + 1] = e or false
+    out[#out + 1] = t
+    out[#out + 1] = v
+    out[#out + 1] = ttl
+  end
+  return true
+end
+"""
+
+READ = (
+    """
 -- Read keys of an agent's L1 at one instant: all of them, a chunk of them, or those
 -- that changed since a snapshot.
 -- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4..] the L1 keys to read
@@ -208,44 +246,41 @@ READ = """
 -- ttl1, ...}: each key's index entry (false when the index no longer names it), its
 -- value read by its actual type (type 'none' when it expired), and its own TTL in ms
 -- (own TTLs only, else -1).
+"""
+    + _READ_KEYS
+    + """
 local n = #KEYS - 3
 local whole = ARGV[n + 1] ~= ''
 if whole and redis.call('HLEN', KEYS[1]) ~= tonumber(ARGV[n + 1]) then return {'retry'} end
 local seq = redis.call('GET', KEYS[2])
 if ARGV[n + 2] ~= '' and (seq or '0') ~= ARGV[n + 2] then return {'retry'} end
-local function read(t, key)
-  if t == 'string' then return redis.pcall('GET', key)
-  elseif t == 'list' then return redis.pcall('LRANGE', key, 0, -1)
-  elseif t == 'hash' then return redis.pcall('HGETALL', key)
-  elseif t == 'set' then return redis.pcall('SMEMBERS', key)
-  elseif t == 'zset' then return redis.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
-  end
-  return nil
-end
 local out = {seq, redis.call('GET', KEYS[3])}
-for i = 1, n do
-  local key = KEYS[i + 3]
-  local e = redis.call('HGET', KEYS[1], ARGV[i])
-  local t, v, ttl = 'gone', false, -1
-  if not e and whole then return {'retry'} end
-  if e then
-    t = string.match(e, '^[^:]*')
-    v = read(t, key)
-    if v == nil or (type(v) == 'table' and v.err) then  -- not the indexed type
-      t = redis.call('TYPE', key)['ok']
-      v = read(t, key) or false
-    elseif v == false or (type(v) == 'table' and #v == 0) then  -- expired
-      t, v = 'none', false
-    end
-    if string.sub(e, -4) == ':own' then ttl = redis.call('PTTL', key) end
-  end
-  out[#out + 1] = e or false
-  out[#out + 1] = t
-  out[#out + 1] = v
-  out[#out + 1] = ttl
-end
+if not read_keys(out, 4, n, whole) then return {'retry'} end
 return cmsgpack.pack(out)
 """
+)
+
+READ_CHANGES = (
+    """
+-- What changed in an agent's L1 since a stored snapshot, and the keys the caller
+-- expects among them, at one instant: one round trip in the usual case.
+-- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes, KEYS[5] secondary
+-- meta, KEYS[6..] the L1 keys the caller expects changed
+-- ARGV[1..n] their names, ARGV[n+1] the stored snapshot's sequence
+-- Returns one msgpack blob of {sequence, epoch, the meta's sequence (20 digits, or
+-- false), {names changed since}, entry1, type1, value1, ttl1, ...} for the expected keys.
+"""
+    + _READ_KEYS
+    + """
+local n = #KEYS - 5
+local meta = redis.call('GET', KEYS[5])
+if meta then meta = string.sub(meta, 5, 24) end
+local changed = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. ARGV[n + 1], '+inf')
+local out = {redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]), meta, changed}
+read_keys(out, 6, n, false)
+return cmsgpack.pack(out)
+"""
+)
 
 RESTORE = f"""
 -- Replace an agent's whole L1 with a snapshot, atomically, as a new epoch.

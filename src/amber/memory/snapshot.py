@@ -266,11 +266,8 @@ class _Decoded:
     gone: list[str] = field(default_factory=list)
 
 
-def _sealed_seq(raw: Any) -> int | None:
-    try:
-        return codec.sealed_seq(raw) if isinstance(raw, bytes) else None
-    except ValueError:
-        return None
+def _seq20(seq: int) -> str:
+    return codec.seal_seq(seq).decode()
 
 
 def _text(raw: Any) -> str | None:
@@ -310,39 +307,53 @@ def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
     return make_snapshot(agent_id, got.memory, got.seq, tuple(got.missing), got.epoch)
 
 
-def read_changes(client: redis.Redis, keys: Keys, base: Snapshot) -> Snapshot | None:
+def read_changes(
+    client: redis.Redis, keys: Keys, base: Snapshot, hint: Iterable[str] = ()
+) -> Snapshot | None:
     """The agent's L1 now, reading only the keys written or deleted since ``base``.
 
     The write path records every changed name in the agent's changes set, so this
-    costs what changed, not the memory's size. None when ``base`` is no longer a sound
-    starting point (another incarnation, or a secondary that is not ``base``): the
-    caller reads the whole memory. Keys with their own TTL are read every time, since
-    their expiry is no write.
+    costs what changed, not the memory's size. ``hint`` names keys the caller expects
+    changed (those its own memory object wrote): they are read in the same round trip
+    as the changes set; any other changed key costs a second one. None when ``base``
+    is no longer a sound starting point (another incarnation, or a secondary that is
+    not ``base``): the caller reads the whole memory. Keys with their own TTL are read
+    every time, since their expiry is no write.
     """
     agent_id = base.agent_id
     reader = _Reader(client, keys, agent_id)
+    script = client.register_script(scripts.READ_CHANGES)
+    expected = sorted(set(hint) | base.owned)
+    head = [reader.index_key, reader.seq_key, reader.epoch_key, keys.l1_changes(agent_id)]
+    head.append(keys.l1_snapshot_meta(agent_id))
     with redis_errors(agent_id):
         for _ in range(READ_ATTEMPTS):
-            with client.pipeline(transaction=False) as pipe:
-                pipe.zrangebyscore(keys.l1_changes(agent_id), f"({base.seq}", "+inf")
-                pipe.get(reader.seq_key)
-                pipe.get(reader.epoch_key)
-                pipe.get(keys.l1_snapshot_meta(agent_id))
-                changed_raw, seq_raw, epoch_raw, meta_raw = pipe.execute()
-            if _text(epoch_raw) != base.epoch or _sealed_seq(meta_raw) != base.seq:
+            reply = script(
+                keys=[*head, *(reader.base + n for n in expected)], args=[*expected, base.seq]
+            )
+            items = cast(list[Any], msgpack.unpackb(reply, raw=True))
+            seq_raw, epoch_raw, meta_seq, changed_raw = items[:4]
+            if _text(epoch_raw) != base.epoch or _text(meta_seq) != _seq20(base.seq):
                 return None  # another incarnation, or a secondary that is not the base
             seq = _sequence(seq_raw, agent_id)
-            names = sorted({n.decode() for n in changed_raw} | base.owned)
-            if seq == base.seq and not names:  # nothing changed: an empty delta
-                return dataclasses.replace(
-                    base, base_seq=base.seq, changed=frozenset(), removed=frozenset()
-                )
-            items = reader.read(names, None, seq) if names else [seq_raw, epoch_raw]
-            if items is not None:
-                break
+            touched = {n.decode() for n in changed_raw} | base.owned
+            names, got_items = list(expected), [seq_raw, epoch_raw, *items[4:]]
+            extra = sorted(touched - set(expected))
+            if extra:  # changed by a writer other than the caller's memory object
+                more = reader.read(extra, None, seq)
+                if more is None:
+                    continue
+                names += extra
+                got_items += more[2:]
+            break
         else:
             raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
-        got = reader.decode(names, items)
+        got = reader.decode(names, got_items)
+    if not touched and seq == base.seq:  # nothing changed: an empty delta
+        return dataclasses.replace(
+            base, base_seq=base.seq, changed=frozenset(), removed=frozenset()
+        )
+    names = sorted(touched)
     if got.epoch != base.epoch:
         return None
     memory, canon, digests = dict(base.memory), dict(base.canon), dict(base.digests)
@@ -444,16 +455,17 @@ class L1CacheSnapshotter:
         self._lock = threading.Lock()
         self._cache_script = client.register_script(scripts.CACHE)
 
-    def take(self, agent_id: str, full: bool = False) -> Snapshot:
+    def take(self, agent_id: str, full: bool = False, hint: Iterable[str] = ()) -> Snapshot:
         """Read the agent's L1 at one instant, without storing it.
 
         Relative to the last snapshot this snapshotter stored of the agent, only the
-        keys written since are read (O(changes)), unless ``full``: recovery and
-        verification read everything, trusting nothing.
+        keys written since are read (O(changes); ``hint`` names those the caller wrote,
+        read in the same round trip), unless ``full``: recovery and verification read
+        everything, trusting nothing.
         """
         stored = None if full else self.stored(agent_id)
         if stored is not None:
-            snap = read_changes(self.redis, self.keys, stored.snap)
+            snap = read_changes(self.redis, self.keys, stored.snap, hint)
             if snap is not None:
                 return snap
         return read_memory(self.redis, self.keys, agent_id)

@@ -98,6 +98,9 @@ class AgentMemory:
         self._epoch = keys.l1_epoch(agent_id)
         self._changes = keys.l1_changes(agent_id)
         self.guarded = False
+        self.written: set[str] = set()
+        """Key names this object wrote since its agent's last save (a hint: snapshots
+        read them in the same round trip as the server's record of changes)."""
         self.epoch: str | None = None
         """The incarnation this memory expects, when guarded (None: none yet)."""
         self._read_script = client.register_script(scripts.READ_ONE)
@@ -164,6 +167,7 @@ class AgentMemory:
             check_utf8(arg, "value", agent_id=self.agent_id, key=name)
 
     def _apply(self, command: str, name: str, args: list[Any], seq: int | None) -> Any:
+        self.written.add(name)
         with redis_errors(self.agent_id, name):
             result, _, epoch = self._write_script(
                 keys=[self.key(name), self._index, self._seq, self._epoch, self._changes],
@@ -181,6 +185,7 @@ class AgentMemory:
         return result
 
     def _delete(self, names: list[str], seq: int | None) -> int:
+        self.written.update(names)
         with redis_errors(self.agent_id):
             removed, _, epoch = self._delete_script(
                 keys=[
@@ -227,6 +232,7 @@ class AgentMemory:
         return Batch(self)
 
     def _apply_batch(self, ops: list[list[Any]], seq: int | None) -> list[Any]:
+        self.written.update(op[1] for op in ops)
         with redis_errors(self.agent_id):
             results, _, epoch = self._batch_script(
                 keys=[
@@ -321,6 +327,7 @@ class AgentMemory:
         return self._expire(name, seconds * 1000, seq)
 
     def _expire(self, name: str, ttl_ms: int, seq: int | None) -> bool:
+        self.written.add(name)
         with redis_errors(self.agent_id, name):
             done, _, epoch = self._expire_script(
                 keys=[self.key(name), self._index, self._seq, self._epoch, self._changes],

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import amber
-from amber import StoreUnavailable, defaults
+from amber import ConfigError, StoreUnavailable, defaults
 from amber.cli import app
 from amber.engines.connect import open_redis, redact
 from amber.engines.embedded import _alive, embedded_state, ensure_embedded, stop_embedded
@@ -56,8 +56,10 @@ def test_unreachable_postgres_is_a_clear_error(engines: Engines) -> None:
 
 
 def test_malformed_url_is_a_clear_error(engines: Engines) -> None:
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(ConfigError, match="accepted: redis://"):
         amber.connect("ftp://nowhere", engines.database_url, connect_timeout=1)
+    with pytest.raises(StoreUnavailable):
+        amber.connect("redis://nowhere:x", engines.database_url, connect_timeout=1)
 
 
 def test_redact() -> None:

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from amber import defaults
 from amber.errors import AmberError, ConfigError
 from amber.keys import check_prefix
+from amber.redis_url import parse_redis_url
 
 ENV_PREFIX = "AMBER_"
 
@@ -45,6 +46,12 @@ def _url(value: str | None) -> str | None:
     return value
 
 
+def _redis_url(value: str | None) -> str | None:
+    if value:
+        parse_redis_url(value)  # a ValueError saying which forms are accepted
+    return value
+
+
 def _path(value: Path) -> Path:
     try:
         raw = os.fsencode(value)
@@ -61,6 +68,7 @@ def _prefix(value: str) -> str:
 
 Url = Annotated[str | None, Field(max_length=defaults.URL_MAX_LEN), AfterValidator(_url)]
 Ttl = Annotated[int, Field(gt=0, le=defaults.TTL_MAX)]
+RedisUrl = Annotated[Url, AfterValidator(_redis_url)]
 Timeout = Annotated[float, Field(gt=0, le=defaults.TIMEOUT_MAX, allow_inf_nan=False)]
 
 
@@ -72,8 +80,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
-    redis_url: Url = None
-    """Redis to use; None starts an embedded one under ``data_dir``."""
+    redis_url: RedisUrl = None
+    """Redis to use (one server, ``redis+cluster://`` or ``redis+sentinel://``, see
+    ``amber.redis_url``); None starts an embedded one under ``data_dir``."""
     database_url: Url = None
     """PostgreSQL to use; None starts an embedded one under ``data_dir``."""
     data_dir: Annotated[Path, AfterValidator(_path)] = Path(defaults.DATA_DIR)
@@ -88,6 +97,11 @@ class Settings(BaseSettings):
     """Seconds a server has to accept a connection and answer a first command."""
     command_timeout: Timeout = defaults.COMMAND_TIMEOUT
     """Seconds one command may take once connected."""
+    redis_retry_seconds: Annotated[
+        float, Field(ge=0, le=defaults.TIMEOUT_MAX, allow_inf_nan=False)
+    ] = defaults.REDIS_RETRY_SECONDS
+    """Seconds a Redis command that failed before it could run (failover, ``CLUSTERDOWN``,
+    ``TRYAGAIN``, refused connection) is retried with backoff; 0: never."""
     pg_pool_max: int = Field(defaults.PG_POOL_MAX, ge=1, le=10_000)
     max_retries: int = Field(defaults.MAX_RETRIES, ge=0, le=defaults.INT_MAX)
     wal_fsync: Literal["always", "batch", "off"] = defaults.WAL_FSYNC  # type: ignore[assignment]

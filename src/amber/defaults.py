@@ -36,6 +36,10 @@ StoreUnavailable (PostgreSQL's own startup is given libpq's minimum of 2 s)."""
 COMMAND_TIMEOUT = 30.0
 """Seconds one command may take once connected (long Lua scripts, big snapshots)."""
 
+REDIS_RETRY_SECONDS = 10.0
+"""Seconds a Redis command that failed transiently (failover, ``CLUSTERDOWN``) is retried
+when retrying cannot apply it twice (``amber.engines.retry``)."""
+
 TIMEOUT_MAX = 24 * HOUR
 """Longest connect or command timeout a setting accepts."""
 

@@ -201,7 +201,8 @@ class AgentCheckpointer:
         try:
             self._commit(cp, raw, snap, l1)
         except BaseException:
-            self._drain(pending)
+            if pending is not None:
+                self._drain(pending)
             raise
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
@@ -299,7 +300,9 @@ class AgentCheckpointer:
     ) -> redis.connection.Connection | None:
         """Send the script that writes the Redis copies, without waiting for its reply."""
         keys_, args = self.snapshotter.cache_call(snap, meta, backup)
-        pool = self.redis.connection_pool
+        pool: redis.ConnectionPool | None = getattr(self.redis, "connection_pool", None)
+        if pool is None:
+            return None  # a cluster client: the copies are written by a plain call after
         try:
             conn = pool.get_connection()
         except (redis.RedisError, OSError):

@@ -17,7 +17,7 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -27,10 +27,14 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from amber import defaults
-from amber.errors import StoreUnavailable
+from amber.engines.retry import Policy, RetryingCluster, RetryingRedis
+from amber.errors import ConfigError, StoreUnavailable
+from amber.redis_url import parse_redis_url
 
 
 def redact(url: str) -> str:
@@ -42,36 +46,79 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def _redis_client(
+    url: str, timeout: float, command_timeout: float, policy: Policy | None
+) -> redis.Redis:
+    """An unprobed client for ``url``: one server, a cluster or a Sentinel-managed primary.
+
+    With a ``policy`` the client retries under it, else never (a probe)."""
+    target = parse_redis_url(url)
+    common: dict[str, Any] = {
+        "socket_connect_timeout": timeout,
+        "socket_timeout": command_timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    client: RetryingRedis | RetryingCluster
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    if target.kind == "single":
+        client = cast(
+            RetryingRedis, RetryingRedis.from_url(url, health_check_interval=30, **common)
+        )
+    elif target.kind == "cluster":
+        nodes = [ClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
+        client = RetryingCluster(startup_nodes=nodes, ssl=target.tls, **auth, **common)
+    else:
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(target.nodes),
+            sentinel_kwargs={"socket_connect_timeout": timeout, "socket_timeout": timeout},
+            ssl=target.tls,
+        )
+        client = sentinel.master_for(  # type: ignore[no-untyped-call]
+            target.service, redis_class=RetryingRedis, db=target.db, **auth, **common
+        )
+    client.policy = policy or Policy(0)
+    # amber calls only what both clients offer, and keeps every MULTI/EXEC in one slot
+    return cast(redis.Redis, client)
+
+
 def open_redis(
-    url: str, timeout: float, command_timeout: float = defaults.COMMAND_TIMEOUT
+    url: str,
+    timeout: float,
+    command_timeout: float = defaults.COMMAND_TIMEOUT,
+    retry_seconds: float = defaults.REDIS_RETRY_SECONDS,
 ) -> redis.Redis:
     """A redis-py client for ``url`` that has answered PING, else ``StoreUnavailable``.
 
-    The PING is made once, without retries, and must be answered within ``timeout``;
-    the client's own replies may then take up to ``command_timeout``.
+    ``url`` is one server, ``redis+cluster://`` or ``redis+sentinel://`` (see
+    ``amber.redis_url``). The PING is made once, without retries, and must be
+    answered within ``timeout``; the client's own replies may then take up to
+    ``command_timeout``, and transient failures are retried for ``retry_seconds``
+    as ``amber.engines.retry`` allows. The cluster client is returned typed as
+    ``redis.Redis``: amber calls only what both offer.
     """
     try:
-        probe = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=timeout,
-            socket_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-        )
+        target = parse_redis_url(url)
+    except ValueError as exc:
+        raise ConfigError(
+            f"invalid Redis URL {redact(url)!r}: {exc}", setting="redis_url"
+        ) from None
+    try:
+        probe = _redis_client(url, timeout, timeout, None)
         try:
             probe.ping()
         finally:
             probe.close()
-        client = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=timeout,
-            socket_timeout=command_timeout,
-            health_check_interval=30,
-        )
+        client = _redis_client(url, timeout, command_timeout, Policy(retry_seconds))
     except (redis.RedisError, OSError, ValueError) as exc:
         raise StoreUnavailable(
-            f"Redis did not answer within {timeout:g}s: {exc}", url=redact(url)
+            f"Redis did not answer within {timeout:g}s ({target.kind}): {exc}", url=redact(url)
         ) from None
     return client
+
+
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (keys of one command share a slot)."""
+    return isinstance(client, redis.RedisCluster)
 
 
 class AmberPool(ConnectionPool):

@@ -49,7 +49,10 @@ class Stack:
         self.redis_url = redis_url
         self.database_url = database_url
         self.redis: redis.Redis = open_redis(
-            redis_url, settings.connect_timeout, settings.command_timeout
+            redis_url,
+            settings.connect_timeout,
+            settings.command_timeout,
+            settings.redis_retry_seconds,
         )
         try:
             self.pg: ConnectionPool = open_pg(

@@ -17,6 +17,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 
@@ -35,6 +36,7 @@ from amber.errors import (
 from amber.keys import Keys, check_id
 from amber.persistence import scripts
 from amber.persistence.models import ReviewItem, Session, Task, dump, load, parse
+from amber.redis_url import parse_redis_url
 
 Document = Mapping[str, Any]
 
@@ -60,6 +62,42 @@ def _limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValidationError("limit must be 0 (all) or a positive integer", field="limit")
     return min(limit, defaults.BIGINT_MAX)
+
+
+def _client(url: str, connect_timeout: float, command_timeout: float) -> aioredis.Redis:
+    """An asyncio client for one server or a Sentinel-managed primary.
+
+    Redis Cluster is refused: the session index and review queue are single keys
+    that the scripts update together with documents in other slots.
+    """
+    target = parse_redis_url(url)
+    common: dict[str, Any] = {
+        "socket_connect_timeout": connect_timeout,
+        "socket_timeout": command_timeout,
+        "retry": Retry(NoBackoff(), 1),
+    }
+    if target.kind == "cluster":
+        raise ValueError(
+            "the persistence module (sessions, tasks, reviews) runs on one Redis server or a"
+            " Sentinel-managed primary, not on Redis Cluster; see docs/cluster.md"
+        )
+    if target.kind == "sentinel":
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(target.nodes),
+            sentinel_kwargs={"socket_connect_timeout": connect_timeout},
+            ssl=target.tls,
+        )
+        return cast(
+            aioredis.Redis,
+            sentinel.master_for(
+                target.service,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                **common,
+            ),
+        )
+    return aioredis.Redis.from_url(url, **common)
 
 
 class PersistenceManager:
@@ -109,12 +147,7 @@ class PersistenceManager:
                 url = ensure_embedded(settings.data_dir, redis=True, postgres=False)["redis"]
             self.url = redact(url)
             try:
-                client = aioredis.Redis.from_url(
-                    url,
-                    socket_connect_timeout=settings.connect_timeout,
-                    socket_timeout=settings.command_timeout,
-                    retry=Retry(NoBackoff(), 1),
-                )
+                client = _client(url, settings.connect_timeout, settings.command_timeout)
             except ValueError as exc:
                 raise ValidationError(
                     f"redis_url is not a usable Redis URL: {exc}", field="redis_url", url=self.url

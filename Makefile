@@ -8,7 +8,7 @@ EXTERNAL_REDIS ?= redis://127.0.0.1:6379/0
 EXTERNAL_PG    ?= postgresql://postgres@127.0.0.1:5432/postgres
 ROUNDS         ?= 1000
 
-.PHONY: demo test test-external chaos bench lint down clean
+.PHONY: demo test test-cluster test-external chaos bench lint down clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ demo: $(STAMP)  ## run the main job on embedded servers
 
 test: $(STAMP)  ## the whole suite (embedded servers unless AMBER_*_URL are set)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-cluster: $(STAMP)  ## the suite on a local Redis Cluster (3 primaries + 3 replicas), torn down after
+	$(PY) -m tests.cluster run -- $(PY) -m pytest $(PYTEST_ARGS)
 
 test-external: $(STAMP)  ## the suite against the machine's own Redis and PostgreSQL
 	AMBER_REDIS_URL=$(EXTERNAL_REDIS) AMBER_DATABASE_URL=$(EXTERNAL_PG) $(PY) -m pytest $(PYTEST_ARGS)

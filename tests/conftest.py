@@ -22,7 +22,9 @@ import redis
 from psycopg.conninfo import make_conninfo
 
 import amber
+from amber.engines.connect import open_redis
 from amber.engines.embedded import ensure_embedded, stop_embedded
+from amber.redis_url import parse_redis_url
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,29 @@ class Engines:
 def _drop_database(admin_url: str, name: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def on_cluster(redis_url: str | None = None) -> bool:
+    """Whether the suite runs on a Redis Cluster (``AMBER_REDIS_URL`` by default)."""
+    url = redis_url or os.environ.get("AMBER_REDIS_URL") or ""
+    return parse_redis_url(url).kind == "cluster" if url else False
+
+
+def delete_prefix(redis_url: str, prefix: str) -> None:
+    """Delete every ``<prefix>:*`` key, on every primary of a cluster."""
+    client = open_redis(redis_url, 5.0)
+    try:
+        if isinstance(client, redis.RedisCluster):
+            scans = [n.redis_connection for n in client.get_primaries()]
+        else:
+            scans = [client]
+        for node in scans:
+            assert node is not None
+            batch = list(node.scan_iter(match=f"{prefix}:*", count=1000))
+            for key in batch:
+                client.delete(key)  # one key per call: keys of one batch span slots
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
@@ -77,11 +102,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        client = redis.Redis.from_url(redis_url)
-        batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        for i in range(0, len(batch), 500):
-            client.delete(*batch[i : i + 500])
-        client.close()
+        delete_prefix(redis_url, prefix)
         _drop_database(admin_url, dbname)
         if started:
             stop_embedded(data_dir)

@@ -13,7 +13,13 @@ import redis
 
 from amber.persistence import PersistenceManager
 
-from ..conftest import Engines
+from ..conftest import Engines, on_cluster
+
+
+@pytest.fixture(autouse=True)
+def _one_server(engines: Engines) -> None:
+    if on_cluster(engines.redis_url):
+        pytest.skip("the persistence module runs on one server or Sentinel, not Redis Cluster")
 
 
 @pytest.fixture

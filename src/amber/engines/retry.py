@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -92,6 +93,8 @@ class Policy:
     def __init__(self, budget: float, scripts: Iterable[str] = ()) -> None:
         self.budget = budget
         self.scripts = frozenset(scripts) | idempotent_scripts()
+        self.retried: deque[tuple[float, str, str]] = deque(maxlen=10_000)
+        """The latest retries: (``time.time()``, command, error), for reports and tests."""
 
     def idempotent(self, args: tuple[Any, ...]) -> bool:
         """Whether sending ``args`` twice has the effect of sending it once."""
@@ -126,6 +129,7 @@ class Policy:
                         f" failed {tries} time(s) over {time.monotonic() - first:.1f}s"
                         f" (AMBER_REDIS_RETRY_SECONDS={self.budget:g}): {exc}"
                     ) from exc
+                self.retried.append((time.time(), str(args[0]) if args else "", repr(exc)))
                 time.sleep(wait)
                 delay *= 2
 

@@ -50,6 +50,10 @@ def on_cluster(redis_url: str | None = None) -> bool:
     return parse_redis_url(url).kind == "cluster" if url else False
 
 
+NEEDS_PERSISTENCE = "the persistence module runs on one server or Sentinel, not Redis Cluster"
+"""Why a test of the persistence module skips on a cluster."""
+
+
 def delete_prefix(redis_url: str, prefix: str) -> None:
     """Delete every ``<prefix>:*`` key, on every primary of a cluster."""
     client = open_redis(redis_url, 5.0)

@@ -51,7 +51,7 @@ from amber.persistence import (
     VersionConflictError,
 )
 
-from .conftest import Engines
+from .conftest import NEEDS_PERSISTENCE, Engines, on_cluster
 
 FEW = settings(
     max_examples=60,
@@ -446,6 +446,7 @@ PERSISTENCE_OPS = st.one_of(
 
 @settings(FEW, max_examples=200)
 @given(op=PERSISTENCE_OPS, arg=ANYTHING)
+@pytest.mark.skipif(on_cluster(), reason=NEEDS_PERSISTENCE)
 def test_persistence_works_or_names_the_field_changing_nothing(
     persistence: Persistence, op: tuple[str, str], arg: object
 ) -> None:

@@ -13,7 +13,7 @@ from amber.cli import app
 from amber.cli.app import console
 from amber.persistence import PersistenceManager
 
-from .conftest import Engines
+from .conftest import NEEDS_PERSISTENCE, Engines, on_cluster
 
 runner = CliRunner()
 
@@ -64,6 +64,10 @@ def test_file_system_refusals_are_one_line(engines: Engines) -> None:
     assert "File name too long" in line
 
 
+@pytest.mark.skipif(
+    on_cluster(),
+    reason=NEEDS_PERSISTENCE,
+)
 def test_data_is_printed_as_it_is(engines: Engines, uid: Callable[[str], str]) -> None:
     prefix = f"{engines.prefix}-{uid('cli')}"
     goal = "[bold]not bold[/bold] [/x] :smile:"

@@ -7,14 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Engines
+from .conftest import NEEDS_PERSISTENCE, Engines, on_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 examples = [
-    pytest.param(code, id=f"{doc.name}-{i}")
+    pytest.param(
+        code,
+        id=f"{doc.name}-{i}",
+        marks=pytest.mark.skipif(
+            doc.name == "persistence.md" and on_cluster(),
+            reason=NEEDS_PERSISTENCE,
+        ),
+    )
     for doc in DOCS
     for i, code in enumerate(BLOCK.findall(doc.read_text()))
 ]

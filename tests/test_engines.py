@@ -22,7 +22,7 @@ from amber.engines.connect import open_redis, redact
 from amber.engines.embedded import _alive, embedded_state, ensure_embedded, stop_embedded
 from amber.persistence import PersistenceManager
 
-from .conftest import Engines
+from .conftest import NEEDS_PERSISTENCE, Engines, on_cluster
 
 STATE_SCRIPT = """
 import json, sys
@@ -195,6 +195,7 @@ def test_dead_postgres_fails_under_libpq_floor(
     assert _fails_fast(engines.redis_url, silent, "PostgreSQL did not answer") < 5
 
 
+@pytest.mark.skipif(on_cluster(), reason="reads the single-server client's connection pool")
 def test_slow_lua_script_is_not_cut_off_by_the_connect_timeout(engines: Engines) -> None:
     client = open_redis(engines.redis_url, 0.2, command_timeout=5)
     try:
@@ -205,6 +206,7 @@ def test_slow_lua_script_is_not_cut_off_by_the_connect_timeout(engines: Engines)
         client.close()
 
 
+@pytest.mark.skipif(on_cluster(), reason=NEEDS_PERSISTENCE)
 async def test_command_timeout_setting_reaches_the_persistence_manager(engines: Engines) -> None:
     async with PersistenceManager(engines.redis_url, prefix=engines.prefix) as pm:
         kwargs = pm.redis.connection_pool.connection_kwargs
@@ -212,6 +214,7 @@ async def test_command_timeout_setting_reaches_the_persistence_manager(engines: 
         assert kwargs["socket_connect_timeout"] == defaults.CONNECT_TIMEOUT
 
 
+@pytest.mark.skipif(on_cluster(), reason="reads the single-server client's connection pool")
 def test_command_timeout_setting_reaches_the_stack(engines: Engines) -> None:
     with amber.connect(engines.redis_url, engines.database_url, command_timeout=7) as stack:
         assert stack.redis.connection_pool.connection_kwargs["socket_timeout"] == 7

@@ -26,7 +26,9 @@ SUBTASKS = tuple(f"s{i:02d}" for i in range(40))
 
 
 class Worker(BaseAgent):
-    """Each subtask writes one memory key (SET: the same value if sent twice)."""
+    """Each subtask writes one memory key (SET: the same value if sent twice). A run that
+    failed before its work was done (its write refused mid-failover) runs again: only a
+    run that completed is counted, and none may complete twice."""
 
     agent_type = "failover_agent"
     version = "1.0"
@@ -34,8 +36,8 @@ class Worker(BaseAgent):
     runs: Counter[tuple[str, str]]
 
     def run_subtask(self, name: str) -> Any:
-        self.runs[(self.agent_id, name)] += 1
         self.l1_cache.set(name, f"{self.agent_id}:{name}")
+        self.runs[(self.agent_id, name)] += 1  # counted once the work is done
         return {"done": name}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from amber import AmberError, InvalidIdentifier
-from amber.keys import Keys, check_id, check_key, check_uuid
+from amber.keys import Keys, check_id, check_key, check_uuid, key_part
 
 K = Keys("amber")
 AID = "550e8400-e29b-41d4-a716-446655440000"
@@ -76,3 +76,21 @@ def test_non_strings_and_bad_uuids() -> None:
         Keys("bad*prefix")
     assert check_key("a:b:c") == "a:b:c"
     assert check_id("x" * 128) == "x" * 128
+
+
+def test_langgraph_keys_are_literal_and_hash_tagged_per_thread_and_namespace() -> None:
+    assert K.lg_heads("thread-1") == "amber:lg:{thread-1}:heads"
+    assert K.lg_store_item(("users", "123"), "prefs") == "amber:lgs:{users.123}:prefs"
+
+
+def test_names_amber_does_not_choose_are_hashed_not_refused() -> None:
+    # LangGraph thread ids and store keys are the user's: "user:42" is a valid thread id
+    assert K.lg_heads("user:42") == "amber:lg:{h:ea3fd43be1e57d62e163dae19fc740bd}:heads"
+    assert K.lg_heads("a*b") == "amber:lg:{h:" + key_part("a*b", "x")[2:] + "}:heads"
+    assert key_part("{x}", "x") != key_part("{y}", "x")
+    assert key_part("ok-id", "x") == "ok-id"  # a safe id never holds ':', a digest always does
+    assert K.lg_store_item(("a b",), "k:1") == "amber:lgs:{a b}:h:3263756b4d55dcaf00c0a58fbfd5e9b5"
+    with pytest.raises(InvalidIdentifier):
+        K.lg_heads(42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidIdentifier):
+        K.lg_store_item(["users"], "k")  # type: ignore[arg-type]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -14,9 +16,13 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
+from psycopg.conninfo import make_conninfo
 
 import amber
 from amber.langgraph import AmberSaver, AsyncAmberSaver
+
+from ..conftest import Engines
 
 
 class SyncAsAsync(BaseCheckpointSaver[str]):
@@ -83,3 +89,56 @@ def saver(stack: amber.Stack) -> AmberSaver:
 @pytest.fixture
 def async_saver(stack: amber.Stack) -> AsyncAmberSaver:
     return AsyncAmberSaver(stack)
+
+
+@pytest.fixture
+def private_stack(engines: Engines) -> Iterator[amber.Stack]:
+    """A stack on a database and key prefix of its own, for tests that sweep every thread
+    (``gc``): they must not touch what other tests created. Removed afterwards."""
+    run = uuid.uuid4().hex[:10]
+    dbname, prefix = f"amber_lg_{run}", f"amber-lg-{run}"
+    with psycopg.connect(engines.admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    try:
+        url = make_conninfo(engines.admin_url, dbname=dbname)
+        with amber.connect(engines.redis_url, url, prefix=prefix) as stack:
+            yield stack
+            keys = list(stack.redis.scan_iter(match=f"{prefix}:*", count=1000))
+            if keys:
+                stack.redis.delete(*keys)
+    finally:
+        with psycopg.connect(engines.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+class Chain:
+    """Checkpoints of one thread and namespace, each continuing from the last (as a graph
+    run puts them): ``step(a=1)`` sets channel ``a`` to 1 with a new version."""
+
+    def __init__(self, saver: BaseCheckpointSaver[str], thread_id: str, ns: str = "") -> None:
+        self.saver = saver
+        self.thread_id = thread_id
+        self.ns = ns
+        self.values: dict[str, Any] = {}
+        self.versions: dict[str, str] = {}
+        self.config: RunnableConfig = self.latest
+        self.ids: list[str] = []
+
+    @property
+    def latest(self) -> RunnableConfig:
+        """The config naming this namespace's newest checkpoint (no checkpoint id)."""
+        return {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": self.ns}}
+
+    def step(self, metadata: dict[str, Any] | None = None, **changes: Any) -> RunnableConfig:
+        """Put a checkpoint with ``changes`` applied; returns its config."""
+        for name, value in changes.items():
+            self.values[name] = value
+            self.versions[name] = self.saver.get_next_version(self.versions.get(name), None)
+        cp = generate_checkpoint(
+            channel_values=dict(self.values), channel_versions=dict(self.versions)
+        )
+        md = {"source": "loop", "step": len(self.ids), "parents": {}, **(metadata or {})}
+        new = {k: self.versions[k] for k in changes}
+        self.config = self.saver.put(self.config, cp, md, new)  # type: ignore[arg-type]
+        self.ids.append(cp["id"])
+        return self.config

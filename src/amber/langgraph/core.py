@@ -284,8 +284,9 @@ class SaverCore:
         }
         seq, missing = self._insert(params, new, refs)
         if missing:  # pruned since this run read them: store them again from the values
+            again = [full[ch] for ch in missing]
             seq, missing = self._insert(
-                params, [full[ch] for ch in missing], [b for b in refs if b.channel not in missing]
+                params, [*new, *again], [b for b in refs if b.channel not in missing]
             )
         if seq is None:
             raise CheckpointCorrupt(

@@ -10,5 +10,6 @@ Needs the ``langgraph`` extra (``pip install 'amber[langgraph]'``).
 from amber.langgraph.retention import GcReport
 from amber.langgraph.saver import AmberSaver, AsyncAmberSaver
 from amber.langgraph.serde import StrictSerializer
+from amber.langgraph.store import AmberStore
 
-__all__ = ["AmberSaver", "AsyncAmberSaver", "GcReport", "StrictSerializer"]
+__all__ = ["AmberSaver", "AmberStore", "AsyncAmberSaver", "GcReport", "StrictSerializer"]

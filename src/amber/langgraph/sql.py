@@ -276,3 +276,111 @@ THREADS_PAGE = """
 SELECT DISTINCT thread_id FROM lg_checkpoints WHERE thread_id > %s ORDER BY thread_id LIMIT %s
 """
 """Every thread id, a page at a time (``gc`` walks them all)."""
+
+# -- the store --------------------------------------------------------------------------------
+# A namespace is its labels joined by "." (LangGraph refuses "." in a label), in ``prefix``;
+# ``COLLATE "C"`` makes "everything under a.b" the index range ["a.b.", "a.b/"). Reads never
+# return an item whose ``expires_at`` has passed, swept or not.
+
+_LIVE = "(expires_at IS NULL OR expires_at > now())"
+
+STORE_PUT = """
+INSERT INTO lg_store AS s (prefix, key, value, size, ttl_minutes, expires_at)
+VALUES (%(prefix)s, %(key)s, %(value)s::jsonb, %(size)s, %(ttl)s::float8,
+    now() + make_interval(secs => %(ttl)s::float8 * 60))
+ON CONFLICT (prefix, key) DO UPDATE SET
+    value = EXCLUDED.value, size = EXCLUDED.size, version = nextval('lg_store_version'),
+    updated_at = now(),
+    ttl_minutes = EXCLUDED.ttl_minutes, expires_at = EXCLUDED.expires_at,
+    created_at = CASE WHEN s.expires_at <= now() THEN now() ELSE s.created_at END
+RETURNING version
+"""
+"""Create or replace an item (an expired one counts as new); returns its new version."""
+
+STORE_DELETE = "DELETE FROM lg_store WHERE prefix = %s AND key = %s"
+
+STORE_GET = f"""
+WITH refreshed AS (
+    UPDATE lg_store SET expires_at = now() + make_interval(secs => ttl_minutes * 60)
+    WHERE prefix = %(prefix)s AND key = %(key)s AND %(refresh)s AND ttl_minutes IS NOT NULL
+    AND expires_at > now()
+)
+SELECT version, created_at, updated_at,
+    CASE WHEN size < %(inline)s THEN value END
+FROM lg_store WHERE prefix = %(prefix)s AND key = %(key)s AND {_LIVE}
+"""
+"""A live item's version and times, and its value when its JSON is shorter than
+``%(inline)s`` bytes (longer ones come from the Redis cache when it names this version);
+renews its TTL when asked."""
+
+STORE_VALUE = "SELECT value FROM lg_store WHERE prefix = %s AND key = %s AND version = %s"
+
+STORE_SWEEP = "DELETE FROM lg_store WHERE expires_at <= now()"
+
+STORE_NAMESPACES = f"SELECT DISTINCT prefix FROM lg_store WHERE {_LIVE} {{where}}"
+
+
+def under(prefix: str) -> tuple[str, list[Any]]:
+    """``prefix`` and every namespace below it, as an index range on ``prefix``."""
+    if not prefix:
+        return "TRUE", []
+    return "(prefix = %s OR (prefix >= %s AND prefix < %s))", [prefix, prefix + ".", prefix + "/"]
+
+
+_OPERATORS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def store_filter(filter: dict[str, Any], as_json: Any) -> tuple[str, list[Any]]:
+    """SQL for a store filter, as ``InMemoryStore`` (the reference) reads it: a plain value
+    matches an equal value (a missing field equals None), a mapping matches a mapping
+    holding it, ``$eq``/``$ne`` compare values, ``$gt``/``$gte``/``$lt``/``$lte`` compare
+    as numbers (numeric text included; anything else never matches). ``as_json`` turns a
+    value into JSON text. Raises ``ValueError`` naming the operator it does not know."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for field, wanted in filter.items():
+        value = "COALESCE(value -> %s, 'null'::jsonb)"
+        if isinstance(wanted, dict) and any(str(k).startswith("$") for k in wanted):
+            for op, operand in wanted.items():
+                if op in ("$eq", "$ne"):
+                    clauses.append(f"{value} {'=' if op == '$eq' else '<>'} %s::jsonb")
+                    params += [field, as_json(operand)]
+                elif op in _OPERATORS:
+                    clauses.append(f"lg_number(value -> %s) {_OPERATORS[op]} lg_number(%s::jsonb)")
+                    params += [field, as_json(operand)]
+                else:
+                    raise ValueError(f"unknown filter operator {op!r}")
+        elif isinstance(wanted, dict):
+            clauses.append(f"jsonb_typeof({value}) = 'object' AND value -> %s @> %s::jsonb")
+            params += [field, field, as_json(wanted)]
+        else:
+            clauses.append(f"{value} = %s::jsonb")
+            params += [field, as_json(wanted)]
+    return " AND ".join(clauses) or "TRUE", params
+
+
+def store_search(
+    prefix: str, filter: dict[str, Any] | None, as_json: Any, *, refresh: bool
+) -> tuple[str, list[Any]]:
+    """Live items under ``prefix`` matching ``filter``, most recently updated first, a page
+    (the caller appends ``limit`` and ``offset``); renews the TTLs of those returned when
+    ``refresh``. Rows: ``(prefix, key, value, created_at, updated_at)``."""
+    scope, params = under(prefix)
+    matched, more = store_filter(filter or {}, as_json)
+    found = f"""
+        SELECT prefix, key, value, created_at, updated_at, ttl_minutes FROM lg_store
+        WHERE {scope} AND {_LIVE} AND {matched}
+        ORDER BY updated_at DESC, prefix, key LIMIT %s OFFSET %s"""
+    if not refresh:
+        return f"SELECT prefix, key, value, created_at, updated_at FROM ({found}) f", params + more
+    return (
+        f"""
+        WITH found AS ({found}),
+        refreshed AS (
+            UPDATE lg_store s SET expires_at = now() + make_interval(secs => s.ttl_minutes * 60)
+            FROM found f WHERE s.prefix = f.prefix AND s.key = f.key AND s.ttl_minutes IS NOT NULL
+        )
+        SELECT prefix, key, value, created_at, updated_at FROM found
+        ORDER BY updated_at DESC, prefix, key""",
+        params + more,
+    )

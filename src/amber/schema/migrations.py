@@ -118,7 +118,8 @@ MIGRATIONS: list[str] = [
     #    by ``body_sha256``; its ``seq`` changes whenever the row does and names the Redis
     #    hot copy; ``channels``/``versions`` project the body's channel versions for joins.
     #    Channel values by version and pending writes, each with a SHA-256. Per-thread TTLs.
-    #    The store: JSONB values (for filters), fractional-minute TTLs, a version per write.
+    #    The store: JSONB values (for filters) and their JSON size, fractional-minute TTLs, a
+    #    version per write.
     #    amber compresses what it stores, so PostgreSQL is told not to try again (EXTERNAL).
     """
     CREATE SEQUENCE lg_checkpoint_seq;
@@ -177,6 +178,7 @@ MIGRATIONS: list[str] = [
         prefix TEXT COLLATE "C" NOT NULL,
         key TEXT COLLATE "C" NOT NULL,
         value JSONB NOT NULL,
+        size INT NOT NULL,
         version BIGINT NOT NULL DEFAULT nextval('lg_store_version'),
         created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
         updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),

@@ -142,3 +142,10 @@ class Chain:
         self.config = self.saver.put(self.config, cp, md, new)  # type: ignore[arg-type]
         self.ids.append(cp["id"])
         return self.config
+
+
+def from_postgresql(stack: amber.Stack, config: RunnableConfig) -> Any:
+    """``get_tuple`` as a process holding no copy would, with Redis's copy dropped first:
+    from PostgreSQL alone."""
+    stack.redis.delete(stack.keys.lg_heads(config["configurable"]["thread_id"]))
+    return AmberSaver(stack).get_tuple(config)

@@ -13,7 +13,7 @@ import amber
 from amber.errors import NotSupported
 from amber.langgraph import AmberSaver
 
-from .conftest import Chain
+from .conftest import Chain, from_postgresql
 
 ID = Callable[[str], str]
 
@@ -25,9 +25,8 @@ def count(stack: amber.Stack, table: str, thread_id: str) -> int:
 
 
 def cold(stack: amber.Stack, saver: AmberSaver, config: Any) -> Any:
-    """``get_tuple`` from PostgreSQL alone (the hot copy dropped first)."""
-    stack.redis.delete(stack.keys.lg_heads(config["configurable"]["thread_id"]))
-    return saver.get_tuple(config)
+    """``get_tuple`` from PostgreSQL alone."""
+    return from_postgresql(stack, config)
 
 
 def test_prune_keeps_the_newest_n_per_namespace_and_all_they_need(

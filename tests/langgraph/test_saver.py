@@ -29,7 +29,7 @@ from amber.errors import PayloadRefused
 from amber.langgraph import AmberSaver
 from amber.langgraph.records import Blob, Write
 
-from .conftest import Chain
+from .conftest import Chain, from_postgresql
 
 ID = Callable[[str], str]
 
@@ -68,15 +68,16 @@ def test_values_of_every_langgraph_kind_round_trip_from_redis_and_postgresql(
     }
     chain = Chain(saver, uid("t"))
     chain.step(**values)
-    hot = saver.get_tuple(chain.latest)
-    stack.redis.delete(stack.keys.lg_heads(chain.thread_id))
-    cold = saver.get_tuple(chain.latest)
-    assert hot is not None and cold is not None
-    assert hot.checkpoint["channel_values"] == values == cold.checkpoint["channel_values"]
-    assert hot.checkpoint["channel_versions"] == chain.versions
+    held = saver.get_tuple(chain.latest)  # the copy this process holds
+    hot = AmberSaver(stack).get_tuple(chain.latest)  # another process: the Redis copy
+    cold = from_postgresql(stack, chain.latest)
+    assert held is not None and hot is not None
+    for got in (held, hot, cold):
+        assert got.checkpoint["channel_values"] == values
+        assert got.checkpoint["channel_versions"] == chain.versions
 
 
-def test_the_hot_copy_serves_the_newest_row_without_reading_its_body(
+def test_copies_serve_the_newest_row_without_reading_its_body(
     stack: amber.Stack, saver: AmberSaver, uid: ID
 ) -> None:
     chain = Chain(saver, uid("t"))
@@ -84,11 +85,12 @@ def test_the_hot_copy_serves_the_newest_row_without_reading_its_body(
     chain.step(a=2, b="x")
     newest = chain.ids[-1]
     flip_first_byte(stack, "lg_checkpoints", "body", "checkpoint_id = %s", newest)
-    got = saver.get_tuple(chain.latest)  # the copy names the row's seq: the body stays put
-    assert got is not None and got.checkpoint["channel_values"] == {"a": 2, "b": "x"}
-    stack.redis.delete(stack.keys.lg_heads(chain.thread_id))
-    with pytest.raises(CheckpointCorrupt) as info:  # without the copy, the damage is found
-        saver.get_tuple(chain.latest)
+    # both copies name the row's seq, so PostgreSQL is asked for the seq, not the body
+    for reader in (saver, AmberSaver(stack)):  # this process's copy, then Redis's
+        got = reader.get_tuple(chain.latest)
+        assert got is not None and got.checkpoint["channel_values"] == {"a": 2, "b": "x"}
+    with pytest.raises(CheckpointCorrupt) as info:  # without them, the damage is found
+        from_postgresql(stack, chain.latest)
     assert info.value.context == {
         "thread_id": chain.thread_id,
         "checkpoint_ns": "",
@@ -96,7 +98,23 @@ def test_the_hot_copy_serves_the_newest_row_without_reading_its_body(
     }
 
 
-def test_an_older_hot_copy_is_not_used_and_is_replaced(
+def test_a_copy_this_process_holds_is_not_used_once_another_wrote_newer(
+    stack: amber.Stack, saver: AmberSaver, uid: ID
+) -> None:
+    chain = Chain(saver, uid("t"))
+    chain.step(a="mine")
+    other = Chain(AmberSaver(stack), chain.thread_id)  # another process continues the thread
+    other.config, other.values, other.versions = (
+        chain.config,
+        dict(chain.values),
+        dict(chain.versions),
+    )
+    other.step(a="theirs")
+    got = saver.get_tuple(chain.latest)
+    assert got is not None and got.checkpoint["channel_values"] == {"a": "theirs"}
+
+
+def test_an_older_redis_copy_is_not_used_and_is_replaced(
     stack: amber.Stack, saver: AmberSaver, uid: ID
 ) -> None:
     chain = Chain(saver, uid("t"))
@@ -105,13 +123,13 @@ def test_an_older_hot_copy_is_not_used_and_is_replaced(
     older = stack.redis.hgetall(key)
     chain.step(a="new")
     stack.redis.hset(key, mapping=older)  # a Redis restored from an older snapshot
-    got = saver.get_tuple(chain.latest)
+    got = AmberSaver(stack).get_tuple(chain.latest)
     assert got is not None and got.checkpoint["channel_values"] == {"a": "new"}
     head = stack.redis.hget(key, "head:")
     assert head is not None and head.decode().endswith(chain.ids[-1])
 
 
-def test_a_damaged_hot_copy_is_skipped_and_rewritten(
+def test_a_damaged_redis_copy_is_skipped_and_rewritten(
     stack: amber.Stack, saver: AmberSaver, uid: ID
 ) -> None:
     chain = Chain(saver, uid("t"), ns="child:1")
@@ -120,7 +138,7 @@ def test_a_damaged_hot_copy_is_skipped_and_rewritten(
     sealed = bytearray(stack.redis.hget(key, "copy:child:1") or b"")
     sealed[len(sealed) // 2] ^= 0x40
     stack.redis.hset(key, "copy:child:1", bytes(sealed))
-    got = saver.get_tuple(chain.latest)
+    got = AmberSaver(stack).get_tuple(chain.latest)
     assert got is not None and got.checkpoint["channel_values"] == {"a": list(range(500))}
     assert stack.redis.hget(key, "copy:child:1") != bytes(sealed)
 
@@ -143,18 +161,14 @@ def test_every_stored_row_is_checked(stack: amber.Stack, saver: AmberSaver, uid:
     config = chain.step(a="x" * 3000, b=[1, 2, 3])
     saver.put_writes(config, [("a", "pending")], "task-1")
 
-    def from_postgresql() -> Any:
-        stack.redis.delete(stack.keys.lg_heads(chain.thread_id))
-        return saver.get_tuple(chain.latest)
-
-    assert from_postgresql() is not None
+    assert from_postgresql(stack, chain.latest) is not None
     flip_first_byte(stack, "lg_writes", "data", "thread_id = %s", chain.thread_id)
     with pytest.raises(CheckpointCorrupt):  # writes are read from PostgreSQL every time
         saver.get_tuple(chain.latest)
     flip_first_byte(stack, "lg_writes", "data", "thread_id = %s", chain.thread_id)
     flip_first_byte(stack, "lg_blobs", "data", "thread_id = %s AND channel = 'a'", chain.thread_id)
     with pytest.raises(CheckpointCorrupt) as info:
-        from_postgresql()
+        from_postgresql(stack, chain.latest)
     assert info.value.context["channel"] == "a"
     flip_first_byte(stack, "lg_blobs", "data", "thread_id = %s AND channel = 'a'", chain.thread_id)
     with stack.pg.connection() as conn:  # a value moved under another type is found too
@@ -163,11 +177,11 @@ def test_every_stored_row_is_checked(stack: amber.Stack, saver: AmberSaver, uid:
             (chain.thread_id,),
         )
     with pytest.raises(CheckpointCorrupt):
-        from_postgresql()
+        from_postgresql(stack, chain.latest)
     with stack.pg.connection() as conn:  # and a value the checkpoint needs that is gone
         conn.execute("DELETE FROM lg_blobs WHERE thread_id = %s", (chain.thread_id,))
     with pytest.raises(CheckpointCorrupt, match="missing"):
-        from_postgresql()
+        from_postgresql(stack, chain.latest)
 
 
 class Boom:
@@ -182,7 +196,8 @@ class Boom:
 
 def plant(stack: amber.Stack, thread_id: str, channel: str, kind: str, data: bytes) -> None:
     """Replace a stored value the way someone with write access to the database could,
-    checksum included (SHA-256 is no secret), and drop the hot copy."""
+    checksum included (SHA-256 is no secret); readers then go to PostgreSQL
+    (``from_postgresql``)."""
     with stack.pg.connection() as conn:
         version = conn.execute(
             "SELECT version FROM lg_blobs WHERE thread_id = %s AND channel = %s",
@@ -195,7 +210,6 @@ def plant(stack: amber.Stack, thread_id: str, channel: str, kind: str, data: byt
             " WHERE thread_id = %s AND channel = %s",
             (kind, data, digest, thread_id, channel),
         )
-    stack.redis.delete(stack.keys.lg_heads(thread_id))
 
 
 def test_a_crafted_payload_is_refused_and_never_runs_code(
@@ -215,17 +229,17 @@ def test_a_crafted_payload_is_refused_and_never_runs_code(
     chain.step(state="fine", other="fine")
     plant(stack, chain.thread_id, "state", "msgpack", ext)
     with pytest.raises(PayloadRefused) as info:
-        saver.get_tuple(chain.latest)
+        from_postgresql(stack, chain.latest)
     assert info.value.context["type"] == "builtins.exec"
     assert info.value.context["thread_id"] == chain.thread_id
     plant(stack, chain.thread_id, "state", "pickle", pickle.dumps(Boom(marker)))
     with pytest.raises(PayloadRefused, match="never pickle"):
-        saver.get_tuple(chain.latest)
+        from_postgresql(stack, chain.latest)
     call = ormsgpack.packb(("os", "system", ["id"]))
     nested = ormsgpack.packb({"ok": [1, ormsgpack.Ext(jsonplus.EXT_CONSTRUCTOR_POS_ARGS, call)]})
     plant(stack, chain.thread_id, "state", "msgpack", nested)
     with pytest.raises(PayloadRefused, match=r"os\.system"):
-        saver.get_tuple(chain.latest)
+        from_postgresql(stack, chain.latest)
     assert not marker.exists()
 
 
@@ -252,7 +266,6 @@ def test_user_types_are_rebuilt_only_when_allowed(
 ) -> None:
     chain = Chain(saver, uid("t"))
     chain.step(p=Point(1, 2))
-    stack.redis.delete(stack.keys.lg_heads(chain.thread_id))
     with pytest.raises(PayloadRefused, match=r"test_saver\.Point"):
         saver.get_tuple(chain.latest)
     allowed = AmberSaver(stack, allowed_types=[Point])

@@ -3,16 +3,17 @@
 ``AmberSaver`` calls it directly; ``AsyncAmberSaver`` runs it in a worker thread.
 
 *put* serializes only the channels whose version is new, writes them and the
-checkpoint row in one PostgreSQL transaction (the thread's lock shared, then
-``PUT_CHECKPOINT``), then the sealed hot copy to Redis, a compare-and-set on the
-row's ``seq``. A put is acknowledged when PostgreSQL has committed; a Redis that
+checkpoint row in one PostgreSQL statement and commit (``PUT_CHECKPOINT``, under the
+thread's lock shared), then the sealed hot copy to Redis, a compare-and-set on the
+row's ``seq``, and keeps the same copy in this process. A put is acknowledged when PostgreSQL has committed; a Redis that
 refuses costs speed, never correctness.
 
-*get_tuple* reads the hot copy (one script), then asks PostgreSQL for the checkpoint
-with that ``seq`` as known: one round trip returns the row's ``seq`` and pending
-writes, and its body and blobs only when the copy is not that row's. PostgreSQL is
-the authority; the copy is used only when the sequences match, and a stale or
-damaged copy is replaced from PostgreSQL on the spot.
+*get_tuple* takes a copy of the namespace's newest checkpoint: the one this process
+holds (it wrote or read it), else Redis's; then asks PostgreSQL for the checkpoint with
+that copy's ``seq`` as known: one round trip returns the row's ``seq`` and pending
+writes, and its body and blobs only when the copy is not that row's. PostgreSQL is the
+authority; a copy is used only when the sequences match, and a stale or damaged Redis
+copy is replaced from PostgreSQL on the spot.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ PAGE = 32
 """Checkpoints fetched per round trip when listing."""
 
 CACHE_BYTES = 64 * 1024 * 1024
-"""Default bound of the process-local cache of each namespace's newest blobs."""
+"""Default bound of the process-local copies of each namespace's newest checkpoint."""
 
 
 def text_id(value: object, name: str, *, empty_ok: bool = False) -> str:
@@ -142,53 +143,60 @@ def _without_nul(value: Any) -> Any:
     return value
 
 
-class BlobCache:
-    """The blobs of each namespace's newest checkpoint this process wrote or read, bounded
-    by bytes (least recently used out first). A put takes its unchanged channels from here
-    instead of serializing them again to build the hot copy."""
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """A namespace's newest checkpoint as stored: its row's ``seq``, body and blobs."""
+
+    seq: int
+    body: Body
+    blobs: dict[str, Blob]
+    """By channel."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it holds (for the cache's bound)."""
+        return len(self.body.data) + sum(b.nbytes for b in self.blobs.values())
+
+
+class CopyCache:
+    """The newest checkpoint of each namespace this process wrote or read, bounded by bytes
+    (least recently used out first). A read uses it, like the Redis copy, only when
+    PostgreSQL names its ``seq``; a put takes its unchanged channels from it instead of
+    serializing them again."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str], tuple[int, dict[str, Blob]]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], Copy] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> dict[str, Blob]:
-        """The cached blobs by channel (empty if none)."""
+    def get(self, key: tuple[str, str]) -> Copy | None:
+        """The copy of a (thread, namespace), if there is one."""
         with self._lock:
             hit = self._items.get(key)
-            if hit is None:
-                return {}
-            self._items.move_to_end(key)
-            return hit[1]
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
 
-    def put(self, key: tuple[str, str], blobs: dict[str, Blob]) -> None:
-        """Remember ``blobs`` for ``key``; a set larger than a quarter of the bound is not kept."""
-        size = sum(b.nbytes for b in blobs.values())
+    def put(self, key: tuple[str, str], copy: Copy) -> None:
+        """Keep ``copy``; one larger than a quarter of the bound is not kept."""
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
-                self._bytes -= old[0]
-            if size * 4 > self.max_bytes:
+                self._bytes -= old.nbytes
+            if copy.nbytes * 4 > self.max_bytes:
                 return
-            self._items[key] = (size, blobs)
-            self._bytes += size
+            self._items[key] = copy
+            self._bytes += copy.nbytes
             while self._bytes > self.max_bytes:
-                _, (dropped, _) = self._items.popitem(last=False)
-                self._bytes -= dropped
+                _, dropped = self._items.popitem(last=False)
+                self._bytes -= dropped.nbytes
 
     def drop_thread(self, thread_id: str) -> None:
         """Forget every namespace of a thread."""
         with self._lock:
             for key in [k for k in self._items if k[0] == thread_id]:
-                self._bytes -= self._items.pop(key)[0]
-
-
-@dataclass
-class _Hot:
-    seq: int
-    body: Body
-    blobs: list[Blob]
+                self._bytes -= self._items.pop(key).nbytes
 
 
 @dataclass
@@ -233,7 +241,7 @@ class SaverCore:
         self.keys = keys
         self.hot_ttl_ms = int(hot_ttl_s * 1000)
         self.ttl_s = ttl_s
-        self.cache = BlobCache(cache_bytes)
+        self.cache = CopyCache(cache_bytes)
         self._write_head = client.register_script(scripts.WRITE_HEAD)
         self._read_head = client.register_script(scripts.READ_HEAD)
 
@@ -252,7 +260,8 @@ class SaverCore:
         md = cast(dict[str, Any], get_serializable_checkpoint_metadata(config, metadata))
         values: Mapping[str, Any] = checkpoint.get("channel_values") or {}
         versions: ChannelVersions = checkpoint.get("channel_versions") or {}
-        cached = self.cache.get((at.thread_id, at.ns))
+        held = self.cache.get((at.thread_id, at.ns))
+        cached = held.blobs if held is not None else {}
         full: dict[str, Blob] = {}
         new: list[Blob] = []
         for ch, ver in new_versions.items():
@@ -296,7 +305,7 @@ class SaverCore:
                 checkpoint_id=cid,
             )
         blobs = {ch: full[ch] for ch in versions}
-        self.cache.put((at.thread_id, at.ns), blobs)
+        self.cache.put((at.thread_id, at.ns), Copy(seq, body, blobs))
         self._store_hot(at, seq, body, list(blobs.values()))
         return at.config(cid)
 
@@ -401,53 +410,63 @@ class SaverCore:
         except (redis.RedisError, OSError) as exc:
             log.warning("hot copy of thread %r not written (%s): reads use PostgreSQL", at, exc)
 
-    def _load_hot(self, at: Target) -> _Hot | None:
+    def _load_hot(self, at: Target) -> Copy | None:
+        key = self.keys.lg_heads(at.thread_id)
+        fields = [scripts.copy_field(at.ns), scripts.head_field(at.ns)]
+        got: list[Any] | None
         try:
-            got = self._read_head(
-                keys=[self.keys.lg_heads(at.thread_id)],
-                args=[scripts.copy_field(at.ns), scripts.head_field(at.ns), at.checkpoint_id or ""],
-            )
+            if at.checkpoint_id is None:
+                copy, head = self.redis.hmget(key, fields)
+                got = None if copy is None or head is None else [head, copy]
+            else:  # fetch the copy only if it is the checkpoint wanted
+                got = self._read_head(keys=[key], args=[*fields, at.checkpoint_id])
         except (redis.RedisError, OSError) as exc:
             log.warning("hot copy of %r not read (%s): using PostgreSQL", at, exc)
             return None
         if not got or len(got) != 2:
             return None
         try:
-            head = bytes(got[0]).decode()
+            name = bytes(got[0]).decode()
             seq, raw = codec.unseal(bytes(got[1]))
             body, blobs = parse_hot_copy(raw)
-            if head != scripts.head_name(seq, body.checkpoint_id):
-                raise codec.CodecError(f"its head {head!r} names another copy")
+            if name != scripts.head_name(seq, body.checkpoint_id):
+                raise codec.CodecError(f"its head {name!r} names another copy")
         except (AmberError, ValueError) as exc:
             log.warning("hot copy of %r not trusted: %s", at, exc)
             return None
-        return _Hot(seq, body, blobs)
+        return Copy(seq, body, {b.channel: b for b in blobs})
 
     # -- reads ---------------------------------------------------------------------------------
     def get_tuple(self, serde: StrictSerializer, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (the newest of its namespace without an id)."""
         at = Target.of(config)
-        hot = self._load_hot(at)
+        copy = self.cache.get((at.thread_id, at.ns))  # this process wrote or read it ...
+        if copy is None or at.checkpoint_id not in (None, copy.body.checkpoint_id):
+            copy = self._load_hot(at)  # ... else another one wrote it to Redis
         statement, params = lsql.checkpoint_rows(at.thread_id, at.ns, at.checkpoint_id)
-        rows = self._rows(statement, params, known=hot.seq if hot else -1, limit=1)
+        rows = self._rows(statement, params, known=copy.seq if copy else -1, limit=1)
         if not rows.heads:
             return None
         head = rows.heads[0]
-        if head.body is None and hot is not None and hot.body.checkpoint_id == head.checkpoint_id:
-            by_key = {(b.channel, b.version): b for b in hot.blobs}
-            found, used = self._tuple(serde, head, hot.body, by_key)
+        matched = copy is not None and head.body is None
+        if copy is not None and matched and copy.body.checkpoint_id == head.checkpoint_id:
+            by_key = {(b.channel, b.version): b for b in copy.blobs.values()}
+            found, used = self._tuple(serde, head, copy.body, by_key)
+            body = copy.body
         else:
             if head.body is None:  # the copy changed between the two reads: ask again
                 rows = self._rows(statement, params, known=-1, limit=1)
                 if not rows.heads:
                     return None
                 head = rows.heads[0]
-            found, used = self._tuple(serde, head, self._body(head), rows.blobs_of(head))
+            matched = False
+            body = self._body(head)
+            found, used = self._tuple(serde, head, body, rows.blobs_of(head))
             if at.checkpoint_id is None:
-                assert head.body is not None
-                self._store_hot(at, head.seq, head.body, used)
-        if at.checkpoint_id is None:
-            self.cache.put((at.thread_id, at.ns), {b.channel: b for b in used})
+                self._store_hot(at, head.seq, body, used)
+        if at.checkpoint_id is None or matched:  # the namespace's newest: keep it at hand
+            newest = Copy(head.seq, body, {b.channel: b for b in used})
+            self.cache.put((at.thread_id, at.ns), newest)
         return found
 
     def pages(

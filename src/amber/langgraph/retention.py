@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool
 from amber.errors import InvalidValue, NotSupported
 from amber.keys import Keys
 from amber.langgraph import sql as lsql
-from amber.langgraph.core import BlobCache, text_id
+from amber.langgraph.core import CopyCache, text_id
 
 log = logging.getLogger("amber.langgraph")
 
@@ -50,7 +50,7 @@ class Retention:
         client: redis.Redis,
         pool: ConnectionPool,
         keys: Keys,
-        cache: BlobCache,
+        cache: CopyCache,
         default_ttl_s: float | None,
     ) -> None:
         self.redis = client

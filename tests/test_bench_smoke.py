@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 TABLE_HEADER = "operation"
 
 
-@pytest.mark.parametrize("script", ["bench_checkpoint.py", "bench_memory.py"])
+@pytest.mark.parametrize("script", ["bench_checkpoint.py", "bench_memory.py", "bench_langgraph.py"])
 def test_bench_quick(script: str, engines: Engines) -> None:
     env = dict(os.environ, AMBER_REDIS_URL=engines.redis_url,
                AMBER_DATABASE_URL=engines.admin_url)  # fmt: skip

@@ -183,3 +183,20 @@ def test_gc_prunes_everything_and_keeps_what_the_newest_needs(
         left = conn.execute("SELECT checkpoint_id FROM lg_writes WHERE task_id = 'x'").fetchall()
     assert left == [("2" + newest[1:],)]
     assert len(list(saver.list(delta.latest))) == 2
+
+
+def test_gc_of_named_threads_touches_no_other(
+    stack: amber.Stack, saver: AmberSaver, uid: ID
+) -> None:
+    named, other = Chain(saver, uid("t")), Chain(saver, uid("t"))
+    for chain in (named, other):
+        for i in range(3):
+            chain.step(a=i)
+        saver.set_ttl(chain.thread_id, 0.2)
+    time.sleep(0.4)
+    report = saver.gc(thread_ids=[named.thread_id])
+    assert (report.expired_threads, report.checkpoints) == (1, 3)
+    assert saver.get_tuple(named.latest) is None
+    assert len(list(saver.list(other.latest))) == 3
+    saver.set_ttl(other.thread_id, None)
+    assert saver.gc(keep_latest=1, thread_ids=[other.thread_id]).checkpoints == 2

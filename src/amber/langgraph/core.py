@@ -5,8 +5,8 @@
 *put* serializes only the channels whose version is new, writes them and the
 checkpoint row in one PostgreSQL statement and commit (``PUT_CHECKPOINT``, under the
 thread's lock shared), then the sealed hot copy to Redis, a compare-and-set on the
-row's ``seq``, and keeps the same copy in this process. A put is acknowledged when PostgreSQL has committed; a Redis that
-refuses costs speed, never correctness.
+row's ``seq``, and keeps the same copy in this process. A put is acknowledged when
+PostgreSQL has committed; a Redis that refuses costs speed, never correctness.
 
 *get_tuple* takes a copy of the namespace's newest checkpoint: the one this process
 holds (it wrote or read it), else Redis's; then asks PostgreSQL for the checkpoint with

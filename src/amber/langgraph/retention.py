@@ -171,16 +171,26 @@ class Retention:
                 raise InvalidValue("ttl must be a positive number of seconds", field="ttl")
             conn.execute(lsql.SET_TTL, {"thread_id": tid, "ttl": float(seconds)})
 
-    def gc(self, keep_latest: int | None = None, batch: int = 100) -> GcReport:
+    def gc(
+        self,
+        keep_latest: int | None = None,
+        thread_ids: Sequence[str] | None = None,
+        batch: int = 100,
+    ) -> GcReport:
         """Delete expired threads; prune every thread to its newest ``keep_latest`` checkpoints
         per namespace (threads using a ``DeltaChannel`` are skipped and named); drop writes
-        and blobs no checkpoint needs."""
+        and blobs no checkpoint needs. ``thread_ids``: only these threads, not every one."""
         if keep_latest is not None and (not isinstance(keep_latest, int) or keep_latest < 1):
             raise InvalidValue("keep_latest must be an integer of at least 1", field="keep_latest")
+        only = None if thread_ids is None else [text_id(t, "thread_id") for t in thread_ids]
         expired = checkpoints = writes = blobs = 0
         while True:
             with self.pg.connection() as conn:
-                due = [r[0] for r in conn.execute(lsql.EXPIRED_THREADS, (batch,)).fetchall()]
+                if only is None:
+                    rows = conn.execute(lsql.EXPIRED_THREADS, (batch,)).fetchall()
+                else:
+                    rows = conn.execute(lsql.STILL_EXPIRED, (only,)).fetchall()
+            due = [r[0] for r in rows]
             if not due:
                 break
             with self._locked(due) as conn:  # a put may have renewed one meanwhile
@@ -194,11 +204,11 @@ class Retention:
                 writes + int(row[1]),
                 blobs + int(row[2]),
             )
+            if only is not None:
+                break
         skipped: list[str] = []
-        after = ""
-        while True:
+        for page in self._thread_pages(only, batch):
             with self.pg.connection() as conn:
-                page = [r[0] for r in conn.execute(lsql.THREADS_PAGE, (after, batch)).fetchall()]
                 delta = (
                     {r[0] for r in conn.execute(lsql.DELTA_THREADS, (page,)).fetchall()}
                     if keep_latest is not None and page
@@ -209,7 +219,17 @@ class Retention:
                 c, w, b = self._tidy(tid, keep)
                 checkpoints, writes, blobs = checkpoints + c, writes + w, blobs + b
             skipped += sorted(delta)
-            if len(page) < batch:
-                break
-            after = page[-1]
         return GcReport(expired, checkpoints, writes, blobs, tuple(skipped))
+
+    def _thread_pages(self, only: list[str] | None, batch: int) -> Iterator[list[str]]:
+        if only is not None:
+            yield list(dict.fromkeys(only))
+            return
+        after = ""
+        while True:
+            with self.pg.connection() as conn:
+                page = [r[0] for r in conn.execute(lsql.THREADS_PAGE, (after, batch)).fetchall()]
+            yield page
+            if len(page) < batch:
+                return
+            after = page[-1]

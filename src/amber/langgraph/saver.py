@@ -181,10 +181,13 @@ class AmberSaver(BaseCheckpointSaver[str]):
         """Give a thread its own time to live (renewed by each put); None: the saver's."""
         self._retention.set_ttl(thread_id, seconds)
 
-    def gc(self, *, keep_latest: int | None = None) -> GcReport:
+    def gc(
+        self, *, keep_latest: int | None = None, thread_ids: Sequence[str] | None = None
+    ) -> GcReport:
         """Delete expired threads, prune every thread to its newest ``keep_latest``
-        checkpoints per namespace, drop writes and values no checkpoint needs."""
-        return self._retention.gc(keep_latest)
+        checkpoints per namespace, drop writes and values no checkpoint needs; only the
+        threads named, if ``thread_ids`` is given."""
+        return self._retention.gc(keep_latest, thread_ids)
 
 
 class AsyncAmberSaver(AmberSaver):
@@ -272,9 +275,11 @@ class AsyncAmberSaver(AmberSaver):
         """As :meth:`AmberSaver.prune`, in a worker thread."""
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy, keep=keep)
 
-    async def agc(self, *, keep_latest: int | None = None) -> GcReport:
+    async def agc(
+        self, *, keep_latest: int | None = None, thread_ids: Sequence[str] | None = None
+    ) -> GcReport:
         """As :meth:`AmberSaver.gc`, in a worker thread."""
-        return await asyncio.to_thread(self.gc, keep_latest=keep_latest)
+        return await asyncio.to_thread(self.gc, keep_latest=keep_latest, thread_ids=thread_ids)
 
 
 __all__ = ["AmberSaver", "AsyncAmberSaver"]

@@ -152,7 +152,6 @@ class Copy:
     blobs: dict[str, Blob]
     """By channel."""
 
-    @property
     def nbytes(self) -> int:
         """Bytes it holds (for the cache's bound)."""
         return len(self.body.data) + sum(b.nbytes for b in self.blobs.values())
@@ -166,7 +165,7 @@ class CopyCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str], Copy] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], tuple[int, Copy]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -174,29 +173,31 @@ class CopyCache:
         """The copy of a (thread, namespace), if there is one."""
         with self._lock:
             hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-            return hit
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[1]
 
     def put(self, key: tuple[str, str], copy: Copy) -> None:
         """Keep ``copy``; one larger than a quarter of the bound is not kept."""
+        size = copy.nbytes()
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
-                self._bytes -= old.nbytes
-            if copy.nbytes * 4 > self.max_bytes:
+                self._bytes -= old[0]
+            if size * 4 > self.max_bytes:
                 return
-            self._items[key] = copy
-            self._bytes += copy.nbytes
+            self._items[key] = (size, copy)
+            self._bytes += size
             while self._bytes > self.max_bytes:
-                _, dropped = self._items.popitem(last=False)
-                self._bytes -= dropped.nbytes
+                _, (dropped, _) = self._items.popitem(last=False)
+                self._bytes -= dropped
 
     def drop_thread(self, thread_id: str) -> None:
         """Forget every namespace of a thread."""
         with self._lock:
             for key in [k for k in self._items if k[0] == thread_id]:
-                self._bytes -= self._items.pop(key).nbytes
+                self._bytes -= self._items.pop(key)[0]
 
 
 @dataclass
@@ -440,9 +441,9 @@ class SaverCore:
     def get_tuple(self, serde: StrictSerializer, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (the newest of its namespace without an id)."""
         at = Target.of(config)
-        copy = self.cache.get((at.thread_id, at.ns))  # this process wrote or read it ...
+        held = copy = self.cache.get((at.thread_id, at.ns))  # this process wrote or read it,
         if copy is None or at.checkpoint_id not in (None, copy.body.checkpoint_id):
-            copy = self._load_hot(at)  # ... else another one wrote it to Redis
+            held, copy = None, self._load_hot(at)  # else another one wrote it to Redis
         statement, params = lsql.checkpoint_rows(at.thread_id, at.ns, at.checkpoint_id)
         rows = self._rows(statement, params, known=copy.seq if copy else -1, limit=1)
         if not rows.heads:
@@ -464,9 +465,10 @@ class SaverCore:
             found, used = self._tuple(serde, head, body, rows.blobs_of(head))
             if at.checkpoint_id is None:
                 self._store_hot(at, head.seq, body, used)
-        if at.checkpoint_id is None or matched:  # the namespace's newest: keep it at hand
-            newest = Copy(head.seq, body, {b.channel: b for b in used})
-            self.cache.put((at.thread_id, at.ns), newest)
+        newest = at.checkpoint_id is None or matched
+        if newest and (held is None or held.seq != head.seq):  # keep it at hand
+            kept = Copy(head.seq, body, {b.channel: b for b in used})
+            self.cache.put((at.thread_id, at.ns), kept)
         return found
 
     def pages(

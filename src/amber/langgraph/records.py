@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ormsgpack
@@ -57,21 +57,24 @@ def unpack(data: bytes, size: int | None) -> bytes:
     return data if size is None else codec.unpack(data, size)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Blob:
-    """One channel's value at one version, as stored."""
+    """One channel's value at one version, as stored (and, once known, decompressed)."""
 
     channel: str
     version: str
     type: str
     data: bytes
     size: int | None
+    raw: bytes | None = field(default=None, compare=False, repr=False)
+    """The serialized bytes, kept once packed or unpacked: a copy held in memory is read
+    again without decompressing."""
 
     @classmethod
     def of(cls, channel: str, version: str, typed: tuple[str, bytes]) -> Blob:
         """A blob of a serialized ``(type, bytes)`` value."""
         data, size = pack(typed[1])
-        return cls(channel, version, typed[0], data, size)
+        return cls(channel, version, typed[0], data, size, typed[1])
 
     def digest(self) -> bytes:
         """SHA-256 over channel, version, type and stored bytes."""
@@ -79,12 +82,15 @@ class Blob:
 
     def typed(self) -> tuple[str, bytes]:
         """The serialized ``(type, bytes)`` again."""
-        return self.type, unpack(self.data, self.size)
+        if self.raw is None:
+            self.raw = unpack(self.data, self.size)
+        return self.type, self.raw
 
     @property
     def nbytes(self) -> int:
         """Bytes this blob holds in memory (for the cache's bound)."""
-        return len(self.data) + len(self.channel) + len(self.version) + 64
+        extra = len(self.raw) if self.raw is not None and self.size is not None else 0
+        return len(self.data) + extra + len(self.channel) + len(self.version) + 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +172,6 @@ def parse_hot_copy(raw: bytes) -> tuple[Body, list[Blob]]:
         fmt, cid, data, size, blobs = ormsgpack.unpackb(raw)
         if fmt != HOT_FORMAT or not isinstance(cid, str) or not isinstance(data, bytes):
             raise ValueError("header")
-        return Body(cid, data, size), [Blob(*b) for b in blobs]
+        return Body(cid, data, size), [Blob(*b[:5]) for b in blobs]
     except (ValueError, TypeError) as exc:
         raise codec.CodecError(f"hot copy has an unknown layout: {exc}") from None

@@ -19,9 +19,6 @@ copy is replaced from PostgreSQL on the spot.
 from __future__ import annotations
 
 import logging
-import threading
-import uuid
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -52,6 +49,7 @@ from amber.errors import (
 from amber.keys import Keys
 from amber.langgraph import scripts
 from amber.langgraph import sql as lsql
+from amber.langgraph.copies import Copy, CopyCache
 from amber.langgraph.records import (
     EMPTY,
     Blob,
@@ -64,140 +62,15 @@ from amber.langgraph.records import (
     parse_hot_copy,
 )
 from amber.langgraph.serde import StrictSerializer
+from amber.langgraph.targets import Target, metadata_json, text_id
 
 log = logging.getLogger("amber.langgraph")
-
-MAX_ID = 1024
-"""Longest thread id, namespace or checkpoint id accepted."""
 
 PAGE = 32
 """Checkpoints fetched per round trip when listing."""
 
 CACHE_BYTES = 64 * 1024 * 1024
 """Default bound of the process-local copies of each namespace's newest checkpoint."""
-
-
-def text_id(value: object, name: str, *, empty_ok: bool = False) -> str:
-    """``value`` as an id LangGraph and PostgreSQL agree on, else ``InvalidIdentifier``."""
-    if isinstance(value, uuid.UUID) or (isinstance(value, int) and not isinstance(value, bool)):
-        value = str(value)
-    if not isinstance(value, str):
-        raise InvalidIdentifier(
-            f"{name} must be a string, got {type(value).__name__}", field=name, value=value
-        )
-    if not value and not empty_ok:
-        raise InvalidIdentifier(f"{name} is empty", field=name, value=value)
-    if len(value) > MAX_ID:
-        raise InvalidIdentifier(f"{name} is longer than {MAX_ID} characters", field=name)
-    if "\x00" in value:
-        raise InvalidIdentifier(f"{name} contains a NUL character", field=name, value=value)
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """What a config points at: a thread, a namespace, maybe one checkpoint."""
-
-    thread_id: str
-    ns: str
-    checkpoint_id: str | None
-
-    @classmethod
-    def of(cls, config: RunnableConfig | Mapping[str, Any]) -> Target:
-        """The target of a LangGraph config (``configurable`` thread_id, checkpoint_ns, id)."""
-        conf = config.get("configurable") if isinstance(config, Mapping) else None
-        if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
-            raise InvalidIdentifier(
-                "config['configurable']['thread_id'] is missing", field="thread_id"
-            )
-        cid = conf.get("checkpoint_id")
-        return cls(
-            text_id(conf["thread_id"], "thread_id"),
-            text_id(conf.get("checkpoint_ns") or "", "checkpoint_ns", empty_ok=True),
-            None if cid is None else text_id(cid, "checkpoint_id"),
-        )
-
-    def config(self, checkpoint_id: str | None = None) -> RunnableConfig:
-        """The LangGraph config of this thread and namespace at ``checkpoint_id``."""
-        conf: dict[str, Any] = {"thread_id": self.thread_id, "checkpoint_ns": self.ns}
-        if checkpoint_id is not None:
-            conf["checkpoint_id"] = checkpoint_id
-        return {"configurable": conf}
-
-
-def metadata_json(metadata: Mapping[str, Any]) -> str:
-    """Metadata as JSON text for the SQL projection (filters); NULs dropped, others as text."""
-    text = orjson.dumps(metadata, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-    if "\\u0000" in text:
-        text = orjson.dumps(_without_nul(metadata), default=str).decode()
-    return text
-
-
-def _without_nul(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, Mapping):
-        return {str(k).replace("\x00", ""): _without_nul(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_without_nul(v) for v in value]
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """A namespace's newest checkpoint as stored: its row's ``seq``, body and blobs."""
-
-    seq: int
-    body: Body
-    blobs: dict[str, Blob]
-    """By channel."""
-
-    def nbytes(self) -> int:
-        """Bytes it holds (for the cache's bound)."""
-        return len(self.body.data) + sum(b.nbytes for b in self.blobs.values())
-
-
-class CopyCache:
-    """The newest checkpoint of each namespace this process wrote or read, bounded by bytes
-    (least recently used out first). A read uses it, like the Redis copy, only when
-    PostgreSQL names its ``seq``; a put takes its unchanged channels from it instead of
-    serializing them again."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str], tuple[int, Copy]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str]) -> Copy | None:
-        """The copy of a (thread, namespace), if there is one."""
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is None:
-                return None
-            self._items.move_to_end(key)
-            return hit[1]
-
-    def put(self, key: tuple[str, str], copy: Copy) -> None:
-        """Keep ``copy``; one larger than a quarter of the bound is not kept."""
-        size = copy.nbytes()
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= old[0]
-            if size * 4 > self.max_bytes:
-                return
-            self._items[key] = (size, copy)
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, (dropped, _) = self._items.popitem(last=False)
-                self._bytes -= dropped
-
-    def drop_thread(self, thread_id: str) -> None:
-        """Forget every namespace of a thread."""
-        with self._lock:
-            for key in [k for k in self._items if k[0] == thread_id]:
-                self._bytes -= self._items.pop(key)[0]
 
 
 @dataclass

@@ -23,7 +23,8 @@ from psycopg_pool import ConnectionPool
 from amber.errors import InvalidValue, NotSupported
 from amber.keys import Keys
 from amber.langgraph import sql as lsql
-from amber.langgraph.core import CopyCache, text_id
+from amber.langgraph.copies import CopyCache
+from amber.langgraph.targets import text_id
 
 log = logging.getLogger("amber.langgraph")
 

@@ -18,6 +18,7 @@ import ormsgpack
 import pytest
 import redis
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 from langgraph.checkpoint.serde import jsonplus
 from langgraph.types import Interrupt, Send
 from redis.backoff import NoBackoff
@@ -385,3 +386,21 @@ def test_from_env_opens_and_closes_its_own_stack(uid: ID) -> None:
         stack = owned._owned
         assert stack is not None and owned.get_tuple(chain.latest) is not None
     assert owned._owned is None and stack._closed
+
+
+def test_a_config_without_a_namespace_means_the_root_one(saver: AmberSaver, uid: ID) -> None:
+    # the conformance suite's test_put_default_namespace says this, but passes "" itself
+    tid = uid("t")
+    chain = Chain(saver, tid)
+    chain.step(a=1)
+    stored = saver.put(
+        {"configurable": {"thread_id": tid, "checkpoint_id": chain.ids[-1]}},
+        generate_checkpoint(),
+        {"source": "loop", "step": 1},
+        {},
+    )
+    assert stored["configurable"]["checkpoint_ns"] == ""
+    got = saver.get_tuple({"configurable": {"thread_id": tid}})
+    assert got is not None and got.config == stored
+    assert got.parent_config is not None
+    assert got.parent_config["configurable"]["checkpoint_id"] == chain.ids[-1]

@@ -27,7 +27,7 @@ def run_quick(script: str, engines: Engines) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("script", ["bench_checkpoint.py", "bench_memory.py"])
+@pytest.mark.parametrize("script", ["bench_checkpoint.py", "bench_memory.py", "bench_langgraph.py"])
 def test_bench_quick(script: str, engines: Engines) -> None:
     lines = run_quick(script, engines)
     header = [line for line in lines if line.startswith("operation")]

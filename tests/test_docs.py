@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -32,4 +34,8 @@ def test_doc_example_runs(
     code: str, engines: Engines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "<doc>", "exec"), {"__name__": "__doc_example__"})
+    # a real module, so classes defined in an example resolve their annotations (LangGraph
+    # reads a state's TypedDict hints, dataclasses read theirs) through sys.modules
+    module = types.ModuleType("__doc_example__")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(code, "<doc>", "exec"), module.__dict__)

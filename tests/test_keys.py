@@ -17,6 +17,7 @@ from amber.keys import (
     check_utf8,
     check_uuid,
     check_version,
+    key_part,
 )
 
 K = Keys("amber")
@@ -155,3 +156,21 @@ def test_int_and_seq() -> None:
             check_int(bad, "limit", 0, 10)
     with pytest.raises(InvalidValue, match="seq"):
         check_seq(2**63)
+
+
+def test_langgraph_keys_are_literal_and_hash_tagged_per_thread_and_namespace() -> None:
+    assert K.lg_heads("thread-1") == "amber:lg:{thread-1}:heads"
+    assert K.lg_store_item(("users", "123"), "prefs") == "amber:lgs:{users.123}:prefs"
+
+
+def test_names_amber_does_not_choose_are_hashed_not_refused() -> None:
+    # LangGraph thread ids and store keys are the user's: "user:42" is a valid thread id
+    assert K.lg_heads("user:42") == "amber:lg:{h:ea3fd43be1e57d62e163dae19fc740bd}:heads"
+    assert K.lg_heads("a*b") == "amber:lg:{h:" + key_part("a*b", "x")[2:] + "}:heads"
+    assert key_part("{x}", "x") != key_part("{y}", "x")
+    assert key_part("ok-id", "x") == "ok-id"  # a safe id never holds ':', a digest always does
+    assert K.lg_store_item(("a b",), "k:1") == "amber:lgs:{a b}:h:3263756b4d55dcaf00c0a58fbfd5e9b5"
+    with pytest.raises(InvalidIdentifier):
+        K.lg_heads(42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidIdentifier):
+        K.lg_store_item(["users"], "k")  # type: ignore[arg-type]

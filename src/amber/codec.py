@@ -18,6 +18,7 @@ import base64
 import binascii
 import hashlib
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -301,9 +302,21 @@ and inserting it into PostgreSQL costs 0.28x the JSONB insert DD-011 sketched, r
 it 0.70x (bench/bench_checkpoint.py, "storing the 100-key snapshot")."""
 
 
+class _Contexts(threading.local):
+    """One zstd compressor and decompressor per thread: making one costs 30-40 us, more
+    than compressing a small value (zstd contexts are not safe to share across threads)."""
+
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor(level=PACK_LEVEL)
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_contexts = _Contexts()
+
+
 def pack(data: bytes) -> bytes:
     """zstd-compress canonical JSON for storage; the frame records its decompressed size."""
-    return zstandard.compress(data, PACK_LEVEL)
+    return _contexts.compressor.compress(data)
 
 
 def unpack(blob: bytes, size: int | None = None) -> bytes:
@@ -323,7 +336,7 @@ def unpack(blob: bytes, size: int | None = None) -> bytes:
             f"stored blob claims {claimed} bytes decompressed; {limit} were recorded or allowed"
         )
     try:
-        out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=limit)
+        out = _contexts.decompressor.decompress(blob, max_output_size=limit)
     except zstandard.ZstdError as exc:
         raise CodecError(f"stored blob is not a valid zstd frame: {exc}") from None
     if len(out) != claimed:

@@ -73,6 +73,18 @@ class CheckpointCorrupt(AmberError):
     """A stored checkpoint failed to decode or its checksum did not match."""
 
 
+class PayloadRefused(CheckpointCorrupt):
+    """A stored value names a type outside the allow-list (or a pickle): it was not built.
+
+    Carries the ids involved and ``type`` (``module.name``); allow a type you trust
+    explicitly (``AmberSaver(..., allowed_types=[...])``) instead of loosening the decoder.
+    """
+
+
+class NotSupported(AmberError, NotImplementedError):
+    """amber refuses this operation on this data; the message says why and what to do."""
+
+
 class VersionTooNew(AmberError):
     """A record was written by a newer agent version than this code knows how to read."""
 

@@ -10,6 +10,7 @@ share a slot and one MULTI/EXEC or Lua script can read or write them together.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from dataclasses import dataclass
@@ -82,6 +83,19 @@ def check_uuid(value: object, kind: str = "analysis_id") -> str:
         return str(uuid.UUID(str(value)))
     except (ValueError, TypeError, AttributeError):
         raise InvalidIdentifier(f"{kind} is not a UUID", field=kind, value=value) from None
+
+
+def key_part(value: object, kind: str) -> str:
+    """``value`` as one part of a Redis key: itself when it is a safe id, else ``h:`` and
+    the first 32 hex digits of its SHA-256 (a safe id never holds a colon, so the two
+    forms never meet). For names amber does not choose, such as LangGraph thread ids."""
+    if not isinstance(value, str):
+        raise InvalidIdentifier(f"{kind} must be a string, got {type(value).__name__}", value=value)
+    try:
+        return check_id(value, kind)
+    except InvalidIdentifier:
+        digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"h:{digest[:32]}"
 
 
 def check_prefix(value: object) -> str:
@@ -229,6 +243,20 @@ class Keys:
     def checkpoint(self, agent_id: str) -> str:
         """Redis backup of an agent's latest checkpoint, in the agent's slot."""
         return f"{self.prefix}:checkpoint:{{{check_id(agent_id, 'agent_id')}}}"
+
+    # -- LangGraph (amber.langgraph) --------------------------------------------------
+    def lg_heads(self, thread_id: str) -> str:
+        """Hash of one LangGraph thread's hot checkpoint copies, two fields per namespace:
+        ``<prefix>:lg:{<thread>}:heads`` (the thread id itself, or ``h:<digest>``)."""
+        return f"{self.prefix}:lg:{{{key_part(thread_id, 'thread_id')}}}:heads"
+
+    def lg_store_item(self, namespace: tuple[str, ...], key: str) -> str:
+        """Cached copy of one AmberStore item, in its namespace's slot:
+        ``<prefix>:lgs:{<namespace joined by .>}:<key>`` (each part itself, or ``h:<digest>``)."""
+        if not isinstance(namespace, tuple):
+            raise InvalidIdentifier("namespace must be a tuple of strings", value=namespace)
+        ns = key_part(".".join(namespace), "namespace")
+        return f"{self.prefix}:lgs:{{{ns}}}:{key_part(key, 'key')}"
 
     # -- maintenance --------------------------------------------------------------------
     def all_keys_pattern(self) -> str:

@@ -69,7 +69,7 @@ def idempotent_scripts() -> frozenset[str]:
     """Hashes of amber's scripts that read only or write under a sequence guard."""
     from amber.memory import scripts as mem
 
-    names = ("READ", "READ_ONE", "READ_CHANGES", "CACHE")
+    names = ("READ", "READ_ONE", "READ_CHANGES", "CACHE", "WRITE_SEALED")
     return frozenset(sha1(getattr(mem, n)) for n in names if isinstance(getattr(mem, n, None), str))
 
 

@@ -331,6 +331,26 @@ redis.call('SET', KEYS[3], ARGV[5], 'PX', ttl)
 return n
 """
 
+WRITE_SEALED = """
+-- Store sealed values (codec.seal), each only if the key holds no sealed value with a
+-- higher sequence: a slow or stale writer never replaces a newer copy.
+-- KEYS[i] the keys; ARGV[3i-2] value, ARGV[3i-1] its sequence as 20 digits,
+-- ARGV[3i] TTL in ms. Returns how many were written.
+local written = 0
+for i, key in ipairs(KEYS) do
+  local ok, old = pcall(redis.call, 'GET', key)
+  local seq = ARGV[3 * i - 1]
+  if ok and old and string.sub(old, 1, 4) == 'AMB1' and string.sub(old, 5, 24) > seq then
+    -- a newer copy is there: keep it
+  else
+    if not ok then redis.call('DEL', key) end  -- a key of another type: not ours to keep
+    redis.call('SET', key, ARGV[3 * i - 2], 'PX', ARGV[3 * i])
+    written = written + 1
+  end
+end
+return written
+"""
+
 CACHE = f"""
 -- The Redis copies of one checkpoint, each never written over a newer one: the
 -- checkpoint backup (a sealed value) and the L1 secondary (a hash of one field per key,

@@ -585,6 +585,19 @@ class L1CacheSnapshotter:
         return SnapshotMeta.unseal(cast(bytes, raw)) if raw is not None else None
 
 
+def write_sealed(client: redis.Redis, agent_id: str, items: list[Sealed]) -> int:
+    """Store (key, sealed value, sequence, TTL ms) items in one script, each only if its
+    key holds no newer sealed value; returns how many were written."""
+    args: list[Any] = []
+    for _, value, seq, ttl_ms in items:
+        args += [value, codec.seal_seq(seq), ttl_ms]
+    with redis_errors(agent_id):
+        written = client.register_script(scripts.WRITE_SEALED)(
+            keys=[key for key, *_ in items], args=args
+        )
+    return int(cast(int, written))
+
+
 def elapsed_ms(t0: float) -> float:
     """Milliseconds since ``t0`` (a ``time.perf_counter()`` value)."""
     return (time.perf_counter() - t0) * 1000

@@ -119,6 +119,138 @@ MIGRATIONS: list[str] = [
     ALTER TABLE agent_checkpoints ADD COLUMN l1_snapshot_base BIGINT;
     ALTER TABLE agent_checkpoints_archive ADD COLUMN l1_snapshot_base BIGINT;
     """,
+    # 6: amber.langgraph (langgraph/sql.py). LangGraph checkpoints: a row per checkpoint
+    #    whose body (the checkpoint less its channel values, metadata, parent) is checked
+    #    by ``body_sha256``; its ``seq`` changes whenever the row does and names the Redis
+    #    hot copy; ``channels``/``versions`` project the body's channel versions for joins.
+    #    Channel values by version and pending writes, each with a SHA-256. Per-thread TTLs.
+    #    The store: JSONB values (for filters) and their JSON size, fractional-minute TTLs, a
+    #    version per write.
+    #    amber compresses what it stores, so PostgreSQL is told not to try again (EXTERNAL).
+    """
+    CREATE SEQUENCE lg_checkpoint_seq;
+    CREATE TABLE lg_checkpoints (
+        thread_id TEXT COLLATE "C" NOT NULL,
+        checkpoint_ns TEXT COLLATE "C" NOT NULL,
+        checkpoint_id TEXT COLLATE "C" NOT NULL,
+        seq BIGINT NOT NULL DEFAULT nextval('lg_checkpoint_seq'),
+        run_id TEXT,
+        metadata JSONB NOT NULL,
+        channels TEXT[] NOT NULL,
+        versions TEXT[] NOT NULL,
+        body BYTEA NOT NULL,
+        body_size INT,
+        body_sha256 BYTEA NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    );
+    ALTER TABLE lg_checkpoints ALTER COLUMN body SET STORAGE EXTERNAL;
+    CREATE INDEX lg_checkpoints_run ON lg_checkpoints (run_id) WHERE run_id IS NOT NULL;
+    CREATE TABLE lg_blobs (
+        thread_id TEXT COLLATE "C" NOT NULL,
+        checkpoint_ns TEXT COLLATE "C" NOT NULL,
+        channel TEXT COLLATE "C" NOT NULL,
+        version TEXT COLLATE "C" NOT NULL,
+        type TEXT NOT NULL,
+        data BYTEA NOT NULL,
+        size INT,
+        sha256 BYTEA NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+    );
+    ALTER TABLE lg_blobs ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE TABLE lg_writes (
+        thread_id TEXT COLLATE "C" NOT NULL,
+        checkpoint_ns TEXT COLLATE "C" NOT NULL,
+        checkpoint_id TEXT COLLATE "C" NOT NULL,
+        task_id TEXT COLLATE "C" NOT NULL,
+        idx INT NOT NULL,
+        task_path TEXT NOT NULL DEFAULT '',
+        channel TEXT NOT NULL,
+        type TEXT NOT NULL,
+        data BYTEA NOT NULL,
+        size INT,
+        sha256 BYTEA NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    );
+    ALTER TABLE lg_writes ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE TABLE lg_threads (
+        thread_id TEXT COLLATE "C" PRIMARY KEY,
+        ttl_seconds DOUBLE PRECISION,
+        expires_at TIMESTAMPTZ
+    );
+    CREATE INDEX lg_threads_expiry ON lg_threads (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE SEQUENCE lg_store_version;
+    CREATE TABLE lg_store (
+        prefix TEXT COLLATE "C" NOT NULL,
+        key TEXT COLLATE "C" NOT NULL,
+        value JSONB NOT NULL,
+        size INT NOT NULL,
+        version BIGINT NOT NULL DEFAULT nextval('lg_store_version'),
+        created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+        updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+        ttl_minutes DOUBLE PRECISION,
+        expires_at TIMESTAMPTZ,
+        PRIMARY KEY (prefix, key)
+    );
+    CREATE INDEX lg_store_expiry ON lg_store (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE FUNCTION lg_put(
+        p_thread TEXT, p_ns TEXT, p_id TEXT, p_run TEXT, p_metadata JSONB,
+        p_channels TEXT[], p_versions TEXT[], p_body BYTEA, p_body_size INT, p_body_sha256 BYTEA,
+        b_channel TEXT[], b_version TEXT[], b_type TEXT[], b_data BYTEA[], b_size INT[],
+        b_sha256 BYTEA[], r_channel TEXT[], r_version TEXT[], p_ttl FLOAT8
+    ) RETURNS TABLE (out_seq BIGINT, out_missing TEXT[]) LANGUAGE plpgsql AS $$
+    DECLARE
+        v_seq BIGINT;
+        v_missing TEXT[];
+    BEGIN
+        -- VOLATILE: each statement below takes its snapshot after the lock is granted, so
+        -- it sees whatever a prune or gc of this thread committed while the put waited.
+        PERFORM pg_advisory_xact_lock_shared(7104355, hashtext(p_thread));
+        SELECT array_agg(r.channel) INTO v_missing
+        FROM unnest(r_channel, r_version) AS r(channel, version)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM lg_blobs o WHERE o.thread_id = p_thread AND o.checkpoint_ns = p_ns
+            AND o.channel = r.channel AND o.version = r.version);
+        IF v_missing IS NOT NULL THEN
+            RETURN QUERY SELECT NULL::BIGINT, v_missing;
+            RETURN;
+        END IF;
+        INSERT INTO lg_blobs (thread_id, checkpoint_ns, channel, version, type, data, size, sha256)
+        SELECT p_thread, p_ns, b.channel, b.version, b.type, b.data, b.size, b.sha256
+        FROM unnest(b_channel, b_version, b_type, b_data, b_size, b_sha256)
+            AS b(channel, version, type, data, size, sha256)
+        ON CONFLICT DO NOTHING;
+        INSERT INTO lg_checkpoints AS c (thread_id, checkpoint_ns, checkpoint_id, run_id,
+            metadata, channels, versions, body, body_size, body_sha256)
+        VALUES (p_thread, p_ns, p_id, p_run, p_metadata, p_channels, p_versions, p_body,
+            p_body_size, p_body_sha256)
+        ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+            seq = nextval('lg_checkpoint_seq'), run_id = EXCLUDED.run_id,
+            metadata = EXCLUDED.metadata, channels = EXCLUDED.channels,
+            versions = EXCLUDED.versions, body = EXCLUDED.body, body_size = EXCLUDED.body_size,
+            body_sha256 = EXCLUDED.body_sha256, created_at = now()
+        RETURNING c.seq INTO v_seq;
+        IF p_ttl IS NULL THEN
+            UPDATE lg_threads t SET expires_at = now() + make_interval(secs => t.ttl_seconds)
+            WHERE t.thread_id = p_thread AND t.ttl_seconds IS NOT NULL;
+        ELSE
+            INSERT INTO lg_threads AS t (thread_id, expires_at)
+            VALUES (p_thread, now() + make_interval(secs => p_ttl))
+            ON CONFLICT (thread_id) DO UPDATE
+            SET expires_at = now() + make_interval(secs => COALESCE(t.ttl_seconds, p_ttl));
+        END IF;
+        RETURN QUERY SELECT v_seq, ARRAY[]::TEXT[];
+    END
+    $$;
+    CREATE FUNCTION lg_number(v JSONB) RETURNS NUMERIC LANGUAGE sql IMMUTABLE AS $$
+        SELECT CASE jsonb_typeof(v)
+            WHEN 'number' THEN (v #>> '{}')::numeric
+            WHEN 'string' THEN CASE
+                WHEN btrim(v #>> '{}') ~ '^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$'
+                THEN btrim(v #>> '{}')::numeric END
+        END
+    $$;
+    """,
 ]
 
 

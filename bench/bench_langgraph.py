@@ -1,0 +1,286 @@
+"""AmberSaver against LangGraph's PostgresSaver: put, put_writes, get_tuple, list (issue 15).
+
+    .venv/bin/python bench/bench_langgraph.py [--quick]
+
+The workload is a graph's: a state of 10 channels (about 10 KB, or about 1 MB, in all) of
+records (text and numbers, from a fixed seed); each put is a super-step that changes 3 of
+the channels, each put_writes a task's 2 writes of one channel's size. Both savers get
+the same values, on the same PostgreSQL, in the same run, interleaved round by round.
+get_tuple (the newest checkpoint) and list (the newest 10) run on threads with 10 and with
+10,000 checkpoints (1,000 with --quick): the older ones small, the newest 10 full size.
+
+Uses AMBER_REDIS_URL / AMBER_DATABASE_URL if set, else embedded servers in a temporary
+directory; creates its own database and key prefix and removes them afterwards.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import (
+    Engines,
+    Row,
+    engines,
+    have_langgraph,
+    header,
+    quick_flag,
+    series,
+    stats,
+    table,
+)
+
+from amber.langgraph import AmberSaver
+
+PUT_GOAL = 0.5
+"""AmberSaver.put p50 at most this fraction of PostgresSaver.put's."""
+GET_GOAL = 0.5
+"""AmberSaver.get_tuple p50 at most this fraction of PostgresSaver.get_tuple's."""
+FLAT_GOAL = 1.25
+"""A read with the long history at most this many times the one with 10 checkpoints."""
+
+CHANNELS = 10
+CHANGED = 3
+WORDS = [
+    "revenue",
+    "margin",
+    "guidance",
+    "quarter",
+    "growth",
+    "cash",
+    "flow",
+    "capex",
+    "dividend",
+    "debt",
+    "risk",
+    "outlook",
+]
+SIZES = {"10 KB": 10_000, "1 MB": 1_000_000}
+
+
+def records(rng: random.Random, nbytes: int) -> list[dict[str, Any]]:
+    """About ``nbytes`` (as msgpack) of records: a line of text, a score, a count."""
+    out: list[dict[str, Any]] = []
+    size = 0
+    while size < nbytes:
+        text = " ".join(rng.choice(WORDS) for _ in range(8))
+        out.append({"text": text, "score": rng.random(), "count": rng.randrange(10**6)})
+        size += len(text) + 40
+    return out
+
+
+class Thread:
+    """One thread of one saver: puts continue from its newest checkpoint."""
+
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+        self.thread_id = f"bench-{uuid.uuid4().hex}"
+        self.config: dict[str, Any] = {
+            "configurable": {"thread_id": self.thread_id, "checkpoint_ns": ""}
+        }
+        self.values: dict[str, Any] = {}
+        self.versions: dict[str, Any] = {}
+        self.step = 0
+
+    @property
+    def latest(self) -> dict[str, Any]:
+        return {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": ""}}
+
+    def put(self, changes: dict[str, Any]) -> None:
+        from langgraph.pregel._checkpoint import empty_checkpoint  # v4, as graphs write
+
+        self.step += 1
+        for name, value in changes.items():
+            self.values[name] = value
+            self.versions[name] = self.saver.get_next_version(self.versions.get(name), None)
+        cp = empty_checkpoint()
+        cp["channel_values"] = dict(self.values)
+        cp["channel_versions"] = dict(self.versions)
+        cp["versions_seen"] = {"node": dict(self.versions)}
+        md = {"source": "loop", "step": self.step, "parents": {}}
+        new = {name: self.versions[name] for name in changes}
+        self.config = self.saver.put(self.config, cp, md, new)
+
+    def put_writes(self, writes: list[tuple[str, Any]]) -> None:
+        self.saver.put_writes(self.config, writes, str(uuid.uuid4()))
+
+    def get(self) -> Any:
+        got = self.saver.get_tuple(self.latest)
+        assert got is not None and len(got.checkpoint["channel_values"]) == CHANNELS
+        return got
+
+    def list10(self) -> list[Any]:
+        got = list(self.saver.list(self.latest, limit=10))
+        assert len(got) == 10
+        return got
+
+
+def full_state(seed: int, per_channel: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    return {f"ch{c}": records(rng, per_channel) for c in range(CHANNELS)}
+
+
+def history(saver: Any, seed: int, per_channel: int, length: int) -> Thread:
+    """A thread of ``length`` checkpoints: small ones, then the newest 10 full size."""
+    thread = Thread(saver)
+    rng = random.Random(seed)
+    if length > 10:
+        thread.put({f"ch{c}": [c] for c in range(CHANNELS)})
+        for i in range(length - 11):
+            thread.put({f"ch{(i + k) % CHANNELS}": [i, k] for k in range(CHANGED)})
+    thread.put(full_state(seed, per_channel))
+    for _ in range(9):
+        picked = rng.sample(range(CHANNELS), CHANGED)
+        thread.put({f"ch{c}": records(rng, per_channel) for c in picked})
+    return thread
+
+
+def bench_writes(
+    amber: Any, lg: Any, label: str, nbytes: int, n: int, rows: list[Row | str]
+) -> None:
+    per = nbytes // CHANNELS
+    ours, theirs = history(amber, 1, per, 10), history(lg, 1, per, 10)
+    rng = random.Random(2)
+    pending: dict[str, Any] = {}
+
+    def before(i: int) -> None:
+        picked = rng.sample(range(CHANNELS), CHANGED)
+        pending["changes"] = {f"ch{c}": records(rng, per) for c in picked}
+        pending["writes"] = [("ch0", records(rng, per)), ("ch1", records(rng, per))]
+
+    out = series({"amber put": lambda i: ours.put(pending["changes"]),
+                  "lg put": lambda i: theirs.put(pending["changes"]),
+                  "amber put_writes": lambda i: ours.put_writes(pending["writes"]),
+                  "lg put_writes": lambda i: theirs.put_writes(pending["writes"])},
+                 n, before=before, budget_s=40.0)  # fmt: skip
+    st = {k: stats(v) for k, v in out.items()}
+    rows.append(f"writes, state {label}: {CHANNELS} channels, {CHANGED} change per put")
+    for op, goal in (("put", PUT_GOAL), ("put_writes", None)):
+        ratio = st[f"amber {op}"].p50 / st[f"lg {op}"].p50
+        met = None if goal is None else ratio <= goal
+        target = f"<= {goal}x" if goal else ""
+        rows.append(Row(f"AmberSaver.{op}", st[f"amber {op}"], ratio, f"LG {op}", target, met))
+        rows.append(Row(f"PostgresSaver.{op}", st[f"lg {op}"]))
+
+
+def bench_reads(
+    eng: Engines, amber: Any, lg: Any, label: str, nbytes: int, long: int, n: int,
+    rows: list[Row | str],
+) -> None:  # fmt: skip
+    per = nbytes // CHANNELS
+    t0 = time.perf_counter()
+    threads = {
+        (who, length): history(saver, 3, per, length)
+        for who, saver in (("amber", amber), ("lg", lg))
+        for length in (10, long)
+    }
+    built = time.perf_counter() - t0
+    with eng.stack.pg.connection() as conn:  # fresh statistics, as autovacuum would give
+        for name in ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "lg_checkpoints",
+                     "lg_blobs", "lg_writes"):  # fmt: skip
+            conn.execute(f"ANALYZE {name}")
+    reads = 20 if nbytes > 100_000 else 1
+    st = {}
+    for op in ("get", "list"):  # apart: a list's garbage would be collected during a get
+        ops = {
+            f"{who} {op} {length}": (lambda i, t=thread: t.get())
+            if op == "get"
+            else (lambda i, t=thread: t.list10())
+            for (who, length), thread in threads.items()
+        }
+        out = series(ops, max(5, n // reads), warmup=3, budget_s=40.0)
+        st.update({k: stats(v) for k, v in out.items()})
+    # the same newest checkpoint read by a process that holds no copy of it: from Redis's
+    # copy, and with that dropped too, from PostgreSQL alone
+    ours, theirs = threads[("amber", 10)], threads[("lg", 10)]
+    reader: dict[str, Thread] = {}
+    drop = eng.stack.keys.lg_heads(ours.thread_id)
+
+    def fresh(i: int, redis_too: bool) -> None:
+        reader["t"] = Thread(AmberSaver(eng.stack))
+        reader["t"].thread_id = ours.thread_id
+        if redis_too:
+            eng.stack.redis.delete(drop)
+
+    paths = {}
+    for path, redis_too in (("redis", False), ("postgresql", True)):
+        got = series(
+            {"amber": lambda i: reader["t"].get(), "lg": lambda i: theirs.get()},
+            max(5, n // reads),
+            before=lambda i, r=redis_too: fresh(i, r),
+            warmup=3,
+            budget_s=30.0,
+        )
+        paths[path] = {k: stats(v) for k, v in got.items()}
+    hist = f"{long:,} checkpoints"
+    rows.append(f"get_tuple (newest), state {label} (histories built in {built:.0f} s)")
+    for length in (10, long):
+        a, g = st[f"amber get {length}"], st[f"lg get {length}"]
+        name = "10 checkpoints" if length == 10 else hist
+        rows.append(Row(f"AmberSaver.get_tuple, {name}", a, a.p50 / g.p50, "LG get_tuple",
+                        f"<= {GET_GOAL}x", a.p50 / g.p50 <= GET_GOAL))  # fmt: skip
+        rows.append(Row(f"PostgresSaver.get_tuple, {name}", g))
+    a_flat = st[f"amber get {long}"].p50 / st["amber get 10"].p50
+    rows.append(Row(f"  AmberSaver flatness: {hist} / 10", st[f"amber get {long}"], a_flat,
+                    "amber 10 cps", f"<= {FLAT_GOAL}x", a_flat <= FLAT_GOAL))  # fmt: skip
+    for path, label_ in (("redis", "another process: Redis copy"),
+                         ("postgresql", "no copy anywhere: PostgreSQL")):  # fmt: skip
+        a, g = paths[path]["amber"], paths[path]["lg"]
+        goal = f"<= {GET_GOAL}x" if path == "redis" else ""
+        met = a.p50 / g.p50 <= GET_GOAL if path == "redis" else None
+        rows.append(Row(f"  AmberSaver.get_tuple, {label_}", a, a.p50 / g.p50, "LG get_tuple",
+                        goal, met))  # fmt: skip
+    rows.append(f"list (newest 10), state {label}")
+    for length in (10, long):
+        a, g = st[f"amber list {length}"], st[f"lg list {length}"]
+        name = "10 checkpoints" if length == 10 else hist
+        rows.append(Row(f"AmberSaver.list, {name}", a, a.p50 / g.p50, "LG list"))
+        rows.append(Row(f"PostgresSaver.list, {name}", g))
+    a_flat = st[f"amber list {long}"].p50 / st["amber list 10"].p50
+    rows.append(Row(f"  AmberSaver flatness: {hist} / 10", st[f"amber list {long}"], a_flat,
+                    "amber 10 cps", f"<= {FLAT_GOAL}x", a_flat <= FLAT_GOAL))  # fmt: skip
+    g_flat = st[f"lg list {long}"].p50 / st["lg list 10"].p50
+    rows.append(Row(f"  PostgresSaver flatness: {hist} / 10", st[f"lg list {long}"], g_flat,
+                    "LG 10 cps"))  # fmt: skip
+
+
+def main() -> None:
+    quick = quick_flag()
+    n, long = (12, 1_000) if quick else (200, 10_000)
+    sizes = {"10 KB": SIZES["10 KB"]} if quick else SIZES
+    with engines("bench-langgraph") as eng:
+        if not have_langgraph():
+            print("langgraph-checkpoint-postgres is not installed: nothing to compare with")
+            return
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(eng.database_url) as lg:
+            lg.setup()
+            amber = AmberSaver(eng.stack)
+            header("bench_langgraph: AmberSaver vs LangGraph PostgresSaver", eng, {
+                "state": f"{CHANNELS} channels of records, {CHANGED} changed per put; "
+                         + ", ".join(sizes) + " in all",
+                "peer": "PostgresSaver.from_conn_string, same database, same values",
+                "history": f"10 and {long:,} checkpoints (the newest 10 full size)",
+                "iterations": f"up to {n} per series (fewer when its time budget runs out:"
+                              " see n)"})  # fmt: skip
+            rows: list[Row | str] = []
+            for label, nbytes in sizes.items():
+                bench_writes(amber, lg, label, nbytes, n, rows)
+                bench_reads(eng, amber, lg, label, nbytes, long, n, rows)
+            table(rows)
+            print("ratio: p50 / p50 of the 'vs' row, timed in the same rounds (below 1: faster).")
+            print("get_tuple rows: the process that wrote the thread reads its own copy of the")
+            print("newest checkpoint; another process reads Redis's copy; with neither, it reads")
+            print("PostgreSQL. A copy is used only after PostgreSQL names its seq, in the round")
+            print("trip that fetches the pending writes.")
+
+
+if __name__ == "__main__":
+    main()

@@ -458,5 +458,14 @@ def print_table(head: tuple[str, ...], rows: list[tuple[str, ...] | str], right:
     print()
 
 
+def have_langgraph() -> bool:
+    """Whether LangGraph's PostgreSQL saver is installed (the ``bench`` extra)."""
+    try:
+        import langgraph.checkpoint.postgres  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def quick_flag() -> bool:
     return "--quick" in sys.argv[1:]

@@ -107,7 +107,7 @@ class LocalCluster:
         )  # fmt: skip
         log.close()
 
-    def _wait_ping(self, port: int, timeout: float = 20) -> None:
+    def _wait_ping(self, port: int, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:

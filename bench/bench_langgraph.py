@@ -25,6 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (
+    WORDS,
     Engines,
     Row,
     engines,
@@ -47,20 +48,6 @@ FLAT_GOAL = 1.25
 
 CHANNELS = 10
 CHANGED = 3
-WORDS = [
-    "revenue",
-    "margin",
-    "guidance",
-    "quarter",
-    "growth",
-    "cash",
-    "flow",
-    "capex",
-    "dividend",
-    "debt",
-    "risk",
-    "outlook",
-]
 SIZES = {"10 KB": 10_000, "1 MB": 1_000_000}
 
 

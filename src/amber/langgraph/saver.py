@@ -22,13 +22,14 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from amber.engines.stack import Stack, connect
+from amber.engines.stack import Stack
 from amber.langgraph.core import CACHE_BYTES, SaverCore
+from amber.langgraph.owned import OwnsStack, on_own_stack
 from amber.langgraph.retention import GcReport, Retention
 from amber.langgraph.serde import AllowedType, StrictSerializer
 
 
-class AmberSaver(BaseCheckpointSaver[str]):
+class AmberSaver(OwnsStack, BaseCheckpointSaver[str]):
     """LangGraph checkpointer: PostgreSQL is the authority, Redis holds a verified hot copy of
     each namespace's newest checkpoint, every stored row is checksummed, nothing is pickled.
 
@@ -58,7 +59,6 @@ class AmberSaver(BaseCheckpointSaver[str]):
             cache_bytes=cache_bytes,
         )
         self._retention = Retention(stack.redis, stack.pg, stack.keys, self._core.cache, ttl)
-        self._owned: Stack | None = None
 
     @classmethod
     def from_env(
@@ -70,35 +70,11 @@ class AmberSaver(BaseCheckpointSaver[str]):
     ) -> AmberSaver:
         """A saver on a stack it opens as ``amber.connect(**connect_args)`` does (``AMBER_*``
         variables, else embedded servers) and closes with :meth:`close`."""
-        stack = connect(**connect_args)
-        try:
-            saver = cls(stack, ttl=ttl, allowed_types=allowed_types)
-        except BaseException:
-            stack.close()
-            raise
-        saver._owned = stack
-        return saver
+        return on_own_stack(lambda s: cls(s, ttl=ttl, allowed_types=allowed_types), connect_args)
 
     def setup(self) -> None:
         """Nothing to do: amber applies its migrations when the stack connects. Kept so code
         written for ``PostgresSaver`` runs unchanged."""
-
-    def close(self) -> None:
-        """Close the stack if this saver opened it (``from_env``)."""
-        if self._owned is not None:
-            self._owned.close()
-            self._owned = None
-
-    def __enter__(self) -> AmberSaver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def with_allowlist(self, extra_allowlist: Iterable[tuple[str, ...]]) -> AmberSaver:
         """A saver sharing this one's connections whose decoder also rebuilds these types

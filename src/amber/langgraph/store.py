@@ -15,7 +15,6 @@ import asyncio
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any, Literal
 
 import orjson
@@ -39,9 +38,10 @@ from langgraph.store.base import (
 )
 
 from amber import codec
-from amber.engines.stack import Stack, connect
+from amber.engines.stack import Stack
 from amber.errors import AmberError, InvalidIdentifier, InvalidValue, StoreUnavailable
 from amber.langgraph import sql as lsql
+from amber.langgraph.owned import OwnsStack, on_own_stack
 from amber.memory.snapshot import write_sealed
 
 log = logging.getLogger("amber.langgraph")
@@ -153,7 +153,7 @@ def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
     return all(p in ("*", n) for p, n in zip(path, part, strict=True)) if path else True
 
 
-class AmberStore(BaseStore):
+class AmberStore(OwnsStack, BaseStore):
     """LangGraph's long-term memory store on amber: PostgreSQL, with Redis caching large
     values (used only when they name the item's current version). ``AmberStore(stack)``
     uses an open stack; ``AmberStore.from_env()`` opens and owns one. ``ttl`` is
@@ -167,37 +167,16 @@ class AmberStore(BaseStore):
         self.keys = stack.keys
         self.ttl_config = ttl
         self.cache_ttl_ms = stack.settings.checkpoint_backup_ttl * 1000
-        self._owned: Stack | None = None
         if ttl is not None and ttl.get("default_ttl") is not None:
             _ttl(ttl.get("default_ttl"))
 
     @classmethod
     def from_env(cls, *, ttl: TTLConfig | None = None, **connect_args: Any) -> AmberStore:
         """A store on a stack it opens as ``amber.connect(**connect_args)`` does."""
-        stack = connect(**connect_args)
-        store = cls(stack, ttl=ttl)
-        store._owned = stack
-        return store
+        return on_own_stack(lambda s: cls(s, ttl=ttl), connect_args)
 
     def setup(self) -> None:
         """Nothing to do: the stack applied amber's migrations. Kept for ``PostgresStore`` code."""
-
-    def close(self) -> None:
-        """Close the stack if this store opened it."""
-        if self._owned is not None:
-            self._owned.close()
-            self._owned = None
-
-    def __enter__(self) -> AmberStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- LangGraph's API, with amber's checks first ----------------------------------------
     def get(

@@ -210,7 +210,7 @@ class AgentCheckpointer:
         agent.l1_cache.written -= written
         if dual and self.journal is not None:
             self._compact_log(cp)
-        self._cache(cp, snap, meta, pending)
+        self._cache(cp, raw, snap, meta, pending)
         return cp
 
     @staticmethod
@@ -331,6 +331,7 @@ class AgentCheckpointer:
     def _cache(
         self,
         cp: Checkpoint,
+        raw: bytes,
         snap: Snapshot,
         meta: SnapshotMeta,
         conn: redis.connection.Connection | None,
@@ -348,7 +349,7 @@ class AgentCheckpointer:
                 reply, redis.exceptions.NoScriptError
             ):
                 raise StoreUnavailable(f"Redis refused the copies: {reply}")
-            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, cp.encode()), cp.seq,
+            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq,
                       self.backup_ttl_ms)  # fmt: skip
             with redis_errors(cp.agent_id):
                 keys_, args = self.snapshotter.cache_call(

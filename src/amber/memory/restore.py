@@ -296,31 +296,31 @@ class L1CacheRestorer:
 
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
         """The newest snapshot stored with checkpoints in PostgreSQL that verifies."""
-        chain = self._pg_chain(analysis_id, agent_type)
+        chain = self._pg_chain(analysis_id, agent_type)[1]
         return chain[-1] if chain else None
 
-    def _pg_chain(self, analysis_id: object, agent_type: str, below: int = 2**62) -> list[Loaded]:
-        """The sound snapshots of the newest chain below checkpoint ``below``, oldest first."""
+    def _pg_chain(
+        self, analysis_id: object, agent_type: str, below: int = 2**62
+    ) -> tuple[int | None, list[Loaded], str | None]:
+        """The newest chain below checkpoint ``below``: the checkpoint its whole snapshot is
+        in (None: no chain), its sound snapshots oldest first, and why it stops early."""
         aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
         with self.pg.connection() as conn:
             rows = conn.execute(
                 sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": below}
             ).fetchall()
-        return fold_chain(rows)[0]
+        if not rows:
+            return None, [], None
+        return int(rows[0][0]), *fold_chain(rows)
 
     def _pg_candidates(self, analysis_id: object, agent_type: str) -> Iterator[Loaded | str]:
         """PostgreSQL's snapshots, newest sound one first, and why a newer one was not
         (a str); an older chain when the newest chain's whole snapshot is unreadable."""
         below, tried = 2**62, 0
         while tried < PG_SNAPSHOTS_TRIED:
-            aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
-            with self.pg.connection() as conn:
-                rows = conn.execute(
-                    sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": below}
-                ).fetchall()
-            if not rows:
+            base, chain, error = self._pg_chain(analysis_id, agent_type, below)
+            if base is None:
                 return
-            chain, error = fold_chain(rows)
             if error:
                 yield error
             for loaded in reversed(chain):
@@ -328,7 +328,7 @@ class L1CacheRestorer:
                 tried += 1
                 if tried >= PG_SNAPSHOTS_TRIED:
                     return
-            below = int(rows[0][0])
+            below = base
 
     def wipe(self, agent_id: str) -> str:
         """Replace the agent's L1 with an empty one, as a new incarnation; its epoch."""

@@ -8,7 +8,7 @@ EXTERNAL_REDIS ?= redis://127.0.0.1:6379/0
 EXTERNAL_PG    ?= postgresql://postgres@127.0.0.1:5432/postgres
 ROUNDS         ?= 1000
 
-.PHONY: demo test test-cluster test-external chaos bench lint down clean
+.PHONY: demo serve test test-cluster test-sentinel test-external chaos bench lint down clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +21,24 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)  ## run the main job on embedded servers
 	$(VENV)/bin/amber demo
 
-test: $(STAMP)  ## the whole suite (embedded servers unless AMBER_*_URL are set)
+serve: $(STAMP)  ## the dashboard, API and metrics on http://127.0.0.1:8765/
+	$(VENV)/bin/amber serve
+
+test: $(STAMP) chromium  ## the whole suite (embedded servers unless AMBER_*_URL are set)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The browser tests drive Debian's chromium; installed once, a no-op when it is there.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+	  { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+	  || echo "chromium could not be installed: the browser tests will skip"; }
 
 test-cluster: $(STAMP)  ## the suite on a local Redis Cluster (3 primaries + 3 replicas), torn down after
 	$(PY) -m tests.cluster run -- $(PY) -m pytest $(PYTEST_ARGS)
+
+test-sentinel: $(STAMP)  ## the suite on a local Sentinel set (a primary, 2 replicas, 3 Sentinels), torn down after
+	$(PY) -m tests.sentinel run -- $(PY) -m pytest $(PYTEST_ARGS)
 
 test-external: $(STAMP)  ## the suite against the machine's own Redis and PostgreSQL
 	AMBER_REDIS_URL=$(EXTERNAL_REDIS) AMBER_DATABASE_URL=$(EXTERNAL_PG) $(PY) -m pytest $(PYTEST_ARGS)

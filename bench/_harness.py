@@ -305,6 +305,20 @@ def pg_setting(stack: Stack, name: str) -> str:
     return str(row[0]) if row else "?"
 
 
+def commit_floor(stack: Stack) -> Callable[[int], None]:
+    """An op inserting one small row and committing it on ``stack``'s pool: the least any
+    write durable in PostgreSQL costs (a table of its own in the bench's database)."""
+    with stack.pg.connection() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_floor (id BIGSERIAL PRIMARY KEY,"
+                     " v BIGINT)")  # fmt: skip
+
+    def commit(i: int) -> None:
+        with stack.pg.connection() as conn:
+            conn.execute("INSERT INTO bench_commit_floor (v) VALUES (%s)", (i,))
+
+    return commit
+
+
 # -- timing -----------------------------------------------------------------------------
 @dataclass
 class Stats:

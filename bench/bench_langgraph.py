@@ -19,6 +19,7 @@ import random
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from _harness import (
     WORDS,
     Engines,
     Row,
+    commit_floor,
     engines,
     have_langgraph,
     header,
@@ -129,7 +131,13 @@ def history(saver: Any, seed: int, per_channel: int, length: int) -> Thread:
 
 
 def bench_writes(
-    amber: Any, lg: Any, label: str, nbytes: int, n: int, rows: list[Row | str]
+    amber: Any,
+    lg: Any,
+    floor: Callable[[int], None],
+    label: str,
+    nbytes: int,
+    n: int,
+    rows: list[Row | str],
 ) -> None:
     per = nbytes // CHANNELS
     ours, theirs = history(amber, 1, per, 10), history(lg, 1, per, 10)
@@ -143,6 +151,7 @@ def bench_writes(
 
     out = series({"amber put": lambda i: ours.put(pending["changes"]),
                   "lg put": lambda i: theirs.put(pending["changes"]),
+                  "pg commit": floor,
                   "amber put_writes": lambda i: ours.put_writes(pending["writes"]),
                   "lg put_writes": lambda i: theirs.put_writes(pending["writes"])},
                  n, before=before, budget_s=40.0)  # fmt: skip
@@ -154,6 +163,9 @@ def bench_writes(
         target = f"<= {goal}x" if goal else ""
         rows.append(Row(f"AmberSaver.{op}", st[f"amber {op}"], ratio, f"LG {op}", target, met))
         rows.append(Row(f"PostgresSaver.{op}", st[f"lg {op}"]))
+    floor = st["pg commit"]
+    rows.append(Row("PostgreSQL commit of one row (floor)", floor, floor.p50 / st["lg put"].p50,
+                    "LG put"))  # fmt: skip
 
 
 def bench_reads(
@@ -250,6 +262,7 @@ def main() -> None:
         with PostgresSaver.from_conn_string(eng.database_url) as lg:
             lg.setup()
             amber = AmberSaver(eng.stack)
+            floor = commit_floor(eng.stack)
             header("bench_langgraph: AmberSaver vs LangGraph PostgresSaver", eng, {
                 "state": f"{CHANNELS} channels of records, {CHANGED} changed per put; "
                          + ", ".join(sizes) + " in all",
@@ -259,7 +272,7 @@ def main() -> None:
                               " see n)"})  # fmt: skip
             rows: list[Row | str] = []
             for label, nbytes in sizes.items():
-                bench_writes(amber, lg, label, nbytes, n, rows)
+                bench_writes(amber, lg, floor, label, nbytes, n, rows)
                 bench_reads(eng, amber, lg, label, nbytes, long, n, rows)
             table(rows)
             print("ratio: p50 / p50 of the 'vs' row, timed in the same rounds (below 1: faster).")

@@ -13,7 +13,8 @@ The machine (nproc, Python), redis-py and server versions are printed with the
 table. Goal: amber's p50 within 1.5x of the raw round trip.
 
 amber's save is one EVALSHA of a Lua script that reads the stored version, checks
-it, writes the new document with its TTL and updates the session index; its get is
+it, writes the new document with its TTL and updates the session index (on a Redis
+Cluster, two: the index lives in another slot); its get is
 a GET plus JSON decoding and pydantic validation. The raw rows are a plain
 ``SET key json PX ttl`` and ``GET key`` on the same client.
 """
@@ -81,7 +82,7 @@ async def run(url: str, n: int, tasks: int) -> None:
         body = dump(state["s"])
         raw_key = f"{prefix}:raw:bench_session"
         r: aioredis.Redis = pm.redis
-        ttl = pm.session_ttl_ms
+        ttl = pm.core.session_ttl_ms
 
         async def amber_save() -> None:
             state["s"] = await pm.save_session(state["s"])

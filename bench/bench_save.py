@@ -49,6 +49,7 @@ from _harness import (
     Engines,
     Payload,
     Stats,
+    commit_floor,
     delete_prefix,
     engines,
     header,
@@ -69,6 +70,8 @@ from amber.engines.stack import Stack
 MODES = ("checkpoint", "hybrid")
 """amber's durability modes, the one the goals are for first."""
 LANGGRAPH = "langgraph"
+FLOOR = "pg commit"
+"""A one-row INSERT committed on its own: what any save durable in PostgreSQL pays at least."""
 CHANGED = 5
 """Keys a step changes in the "5 changed" cases."""
 SUBTASK = "gather"
@@ -188,6 +191,7 @@ class Bench:
         self.stacks = {mode: eng.connect(mode) for mode in MODES}
         self.restore_stack = eng.connect("checkpoint", tag="restore")
         self.cases: list[Case | str] = []
+        self.commit_floor = commit_floor(self.stacks["checkpoint"])
 
     def sides(self, payload: Payload) -> tuple[dict[str, AmberSide], LangGraphSide]:
         """Fresh agents (one per mode) and a fresh thread, holding ``payload``."""
@@ -209,6 +213,8 @@ class Bench:
             mode: (lambda i, s=side: s.step(changes)) for mode, side in amber_sides.items()
         }
         ops[LANGGRAPH] = lambda i: lg.step(changes)
+        if goal == "save_5":  # the floor, beside the smallest save
+            ops[FLOOR] = self.commit_floor
         out = series(ops, n, before=before, budget_s=budget)
         keys = len(payload.values)
         what = "all" if changed is None else str(changed)
@@ -302,7 +308,7 @@ class Bench:
                 out.append(case)
                 continue
             lg = case.st[LANGGRAPH]
-            for mode in MODES:
+            for mode in (*MODES, FLOOR):
                 if mode not in case.st:
                     continue
                 st = case.st[mode]

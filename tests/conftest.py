@@ -50,23 +50,25 @@ def on_cluster(redis_url: str | None = None) -> bool:
     return parse_redis_url(url).kind == "cluster" if url else False
 
 
-NEEDS_PERSISTENCE = "the persistence module runs on one server or Sentinel, not Redis Cluster"
-"""Why a test of the persistence module skips on a cluster."""
+def scan_prefix(client: redis.Redis, prefix: str) -> list[bytes]:
+    """Every ``<prefix>:*`` key, on every primary of a cluster (SCAN; tests only)."""
+    if isinstance(client, redis.RedisCluster):
+        scans = [n.redis_connection for n in client.get_primaries()]
+    else:
+        scans = [client]
+    found: list[bytes] = []
+    for node in scans:
+        assert node is not None
+        found += node.scan_iter(match=f"{prefix}:*", count=1000)
+    return found
 
 
 def delete_prefix(redis_url: str, prefix: str) -> None:
     """Delete every ``<prefix>:*`` key, on every primary of a cluster."""
     client = open_redis(redis_url, 5.0)
     try:
-        if isinstance(client, redis.RedisCluster):
-            scans = [n.redis_connection for n in client.get_primaries()]
-        else:
-            scans = [client]
-        for node in scans:
-            assert node is not None
-            batch = list(node.scan_iter(match=f"{prefix}:*", count=1000))
-            for key in batch:
-                client.delete(key)  # one key per call: keys of one batch span slots
+        for key in scan_prefix(client, prefix):
+            client.delete(key)  # one key per call: keys under a prefix span slots
     finally:
         client.close()
 

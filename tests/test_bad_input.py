@@ -14,7 +14,6 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ClassVar
 
 import pytest
-import redis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -31,6 +30,8 @@ from amber import (
 from amber.agents.base import BaseAgent
 from amber.cli import app
 from amber.config import Settings, known_variables, load_settings
+from amber.engines.connect import open_redis
+from amber.examples import ANALYSTS
 from amber.keys import (
     check_id,
     check_int,
@@ -46,12 +47,14 @@ from amber.keys import (
 from amber.memory import AgentMemory, read_memory
 from amber.persistence import (
     PersistenceManager,
+    ReviewAlreadyDecided,
+    ReviewNotFound,
     SessionNotFoundError,
     ValidationError,
     VersionConflictError,
 )
 
-from .conftest import NEEDS_PERSISTENCE, Engines, on_cluster
+from .conftest import Engines, delete_prefix, scan_prefix
 
 FEW = settings(
     max_examples=60,
@@ -344,7 +347,20 @@ REVIEW = {"task_id": "t", "confidence": 0.5}
 FIELDS = {
     "session": ["session_id", "goal", "status", "task_queue", "version", "extra"],
     "task": ["id", "type", "mcp_tool", "parameters", "timeout", "session_id", "extra"],
-    "review": ["review_id", "task_id", "confidence", "expires_at", "extra"],
+    "review": [
+        "review_id",
+        "task_id",
+        "confidence",
+        "expires_at",
+        "kind",
+        "payload",
+        "decision",
+        "decided_by",
+        "decided_at",
+        "comment",
+        "extra",
+    ],
+    "decide": ["review_id", "decision", "by", "comment"],
 }
 
 
@@ -355,7 +371,8 @@ class Persistence:
         self.prefix = f"{engines.prefix}-bad-input"
         self.loop = asyncio.Runner()
         self.pm = PersistenceManager(engines.redis_url, prefix=self.prefix)
-        self.raw = redis.Redis.from_url(engines.redis_url)
+        self.url = engines.redis_url
+        self.raw = open_redis(engines.redis_url, 5.0)
 
     def run(self, work: Coroutine[Any, Any, Any]) -> Any:
         """Run one call of the manager."""
@@ -364,7 +381,7 @@ class Persistence:
     def state(self) -> dict[bytes, object]:
         """Every key under the prefix with its value (TTLs aside)."""
         out: dict[bytes, object] = {}
-        for key in sorted(self.raw.scan_iter(match=f"{self.prefix}:*", count=1000)):
+        for key in sorted(scan_prefix(self.raw, self.prefix)):
             kind = self.raw.type(key)
             if kind == b"string":
                 out[key] = self.raw.get(key)
@@ -382,10 +399,8 @@ class Persistence:
         """Close the manager and delete what the tests stored."""
         self.run(self.pm.close())
         self.loop.close()
-        mine = list(self.raw.scan_iter(match=f"{self.prefix}:*", count=1000))
-        if mine:
-            self.raw.delete(*mine)
         self.raw.close()
+        delete_prefix(self.url, self.prefix)
 
 
 @pytest.fixture(scope="module")
@@ -411,6 +426,9 @@ def persistence_call(
         return pm.save_task({"id": f"t-{new}", **TASK}, arg)
     if op == "save_review":
         return pm.save_review({"review_id": f"r-{new}", **REVIEW, field: arg})
+    if op == "decide":
+        call = {"review_id": "seed-review", "decision": "rejected", "by": "x", field: arg}
+        return pm.decide(**call)
     if op == "save_document":
         kind = field.split(".")[0]
         save = {"session": pm.save_session, "task": pm.save_task, "review": pm.save_review}
@@ -423,6 +441,7 @@ PERSISTENCE_OPS = st.one_of(
     st.tuples(st.just("save_session"), st.sampled_from(FIELDS["session"])),
     st.tuples(st.just("save_task"), st.sampled_from(FIELDS["task"])),
     st.tuples(st.just("save_review"), st.sampled_from(FIELDS["review"])),
+    st.tuples(st.just("decide"), st.sampled_from(FIELDS["decide"])),
     st.tuples(st.just("save_document"), st.sampled_from(["session", "task", "review"])),
     st.tuples(
         st.sampled_from(
@@ -446,7 +465,6 @@ PERSISTENCE_OPS = st.one_of(
 
 @settings(FEW, max_examples=200)
 @given(op=PERSISTENCE_OPS, arg=ANYTHING)
-@pytest.mark.skipif(on_cluster(), reason=NEEDS_PERSISTENCE)
 def test_persistence_works_or_names_the_field_changing_nothing(
     persistence: Persistence, op: tuple[str, str], arg: object
 ) -> None:
@@ -456,14 +474,19 @@ def test_persistence_works_or_names_the_field_changing_nothing(
     except (ValidationError, InvalidIdentifier) as exc:
         assert isinstance(field_of(exc), str) and field_of(exc), exc
         assert persistence.state() == before
-    except (SessionNotFoundError, VersionConflictError):
+    except (
+        SessionNotFoundError,
+        VersionConflictError,
+        ReviewNotFound,
+        ReviewAlreadyDecided,
+    ):
         assert persistence.state() == before
 
 
 # -- the command line ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def running_analysis(stack: amber.Stack) -> str:
-    return stack.coordinator.start_analysis("AAPL", amber.ANALYSTS)
+    return stack.coordinator.start_analysis("AAPL", ANALYSTS)
 
 
 COMMANDS: dict[str, Callable[[str, str], list[str]]] = {

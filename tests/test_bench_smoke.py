@@ -34,6 +34,11 @@ def test_bench_quick(script: str, engines: Engines) -> None:
     assert header and "p50 ms" in header[0] and "p99 ms" in header[0], "\n".join(lines[-40:])
 
 
+def test_bench_cli_quick(engines: Engines) -> None:
+    lines = run_quick("bench_cli.py", engines)
+    assert any(line.startswith("amber --help") for line in lines), "\n".join(lines)
+
+
 def test_bench_save_quick(engines: Engines) -> None:
     lines = run_quick("bench_save.py", engines)
     out = "\n".join(lines)
@@ -46,3 +51,28 @@ def test_bench_save_quick(engines: Engines) -> None:
     saves = [line for line in lines if line.startswith("processes ")]
     assert saves and "LG saves/s" in saves[0], out[-3000:]
     assert any(line.startswith("1 process ") for line in lines), out[-3000:]
+
+
+def test_bench_runtime_quick(engines: Engines) -> None:
+    lines = run_quick("bench_runtime.py", engines)
+    out = "\n".join(lines)
+    header = [line for line in lines if line.startswith("measure")]
+    assert header and "p50" in header[0] and "p99" in header[0], out[-3000:]
+    for measure in ("steps/s", "step overhead", "takeover latency", "workers SIGKILLed"):
+        assert any(line.startswith(measure) for line in lines), (measure, out[-3000:])
+    for must_be_zero in ("re-executed completed steps", "analyses left unfinished"):
+        (row,) = [line for line in lines if line.startswith(must_be_zero)]
+        assert row.split()[-1] == "0", out[-3000:]
+
+
+def test_bench_cluster_quick(engines: Engines) -> None:
+    lines = run_quick("bench_cluster.py", engines)
+    out = "\n".join(lines)
+    head = [line for line in lines if line.startswith("redis ")]
+    assert head and "saves/s" in head[0] and "restore p99 ms" in head[0], out[-3000:]
+    runs = [
+        line for line in lines if line.startswith(("one server", "AMBER_REDIS_URL", "cluster "))
+    ]
+    assert len(runs) == 2 and all(line.split()[-1] == "0" for line in runs), out[-3000:]  # errors
+    levels = [line.split()[0] for line in lines if line.strip().startswith(("1,000 ", "10,000 "))]
+    assert levels == ["1,000", "1,000", "10,000", "10,000"], out[-3000:]

@@ -11,9 +11,10 @@ from typer.testing import CliRunner, Result
 import amber
 from amber.cli import app
 from amber.cli.app import console
+from amber.examples import ANALYSTS
 from amber.persistence import PersistenceManager
 
-from .conftest import NEEDS_PERSISTENCE, Engines, on_cluster
+from .conftest import Engines
 
 runner = CliRunner()
 
@@ -34,7 +35,7 @@ def test_unknown_status_is_named(engines: Engines) -> None:
 
 
 def test_bad_pause_arguments_leave_the_analysis_running(stack: amber.Stack) -> None:
-    analysis_id = stack.coordinator.start_analysis("AAPL", amber.ANALYSTS)
+    analysis_id = stack.coordinator.start_analysis("AAPL", ANALYSTS)
     for args, field in [
         (["--reason", "quota\x00"], "reason"),
         (["--reason", "\udcff"], "reason"),
@@ -64,10 +65,6 @@ def test_file_system_refusals_are_one_line(engines: Engines) -> None:
     assert "File name too long" in line
 
 
-@pytest.mark.skipif(
-    on_cluster(),
-    reason=NEEDS_PERSISTENCE,
-)
 def test_data_is_printed_as_it_is(engines: Engines, uid: Callable[[str], str]) -> None:
     prefix = f"{engines.prefix}-{uid('cli')}"
     goal = "[bold]not bold[/bold] [/x] :smile:"

@@ -9,21 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import NEEDS_PERSISTENCE, Engines, on_cluster
+from .conftest import Engines
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 examples = [
-    pytest.param(
-        code,
-        id=f"{doc.name}-{i}",
-        marks=pytest.mark.skipif(
-            doc.name == "persistence.md" and on_cluster(),
-            reason=NEEDS_PERSISTENCE,
-        ),
-    )
+    pytest.param(code, id=f"{doc.name}-{i}")
     for doc in DOCS
     for i, code in enumerate(BLOCK.findall(doc.read_text()))
 ]

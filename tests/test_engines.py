@@ -22,7 +22,7 @@ from amber.engines.connect import open_redis, redact
 from amber.engines.embedded import _alive, embedded_state, ensure_embedded, stop_embedded
 from amber.persistence import PersistenceManager
 
-from .conftest import NEEDS_PERSISTENCE, Engines, on_cluster
+from .conftest import Engines, on_cluster
 
 STATE_SCRIPT = """
 import json, sys
@@ -206,7 +206,7 @@ def test_slow_lua_script_is_not_cut_off_by_the_connect_timeout(engines: Engines)
         client.close()
 
 
-@pytest.mark.skipif(on_cluster(), reason=NEEDS_PERSISTENCE)
+@pytest.mark.skipif(on_cluster(), reason="reads the single-server client's connection pool")
 async def test_command_timeout_setting_reaches_the_persistence_manager(engines: Engines) -> None:
     async with PersistenceManager(engines.redis_url, prefix=engines.prefix) as pm:
         kwargs = pm.redis.connection_pool.connection_kwargs

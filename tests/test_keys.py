@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from amber import AmberError, InvalidIdentifier, InvalidValue, defaults
 from amber.keys import (
@@ -10,6 +12,7 @@ from amber.keys import (
     check_id,
     check_int,
     check_key,
+    check_keys,
     check_reason,
     check_seq,
     check_text,
@@ -78,6 +81,26 @@ def test_bad_agent_ids_are_refused_naming_the_value(bad: str) -> None:
 def test_bad_key_names_are_refused(bad: str) -> None:
     with pytest.raises(InvalidIdentifier):
         K.l1("agent", bad)
+
+
+def _verdict(names: list[str]) -> str | list[str]:
+    try:
+        return [check_key(n) for n in names]
+    except InvalidIdentifier as exc:
+        return str(exc)
+
+
+_NAME_CHARS = st.sampled_from(list("ab:-_ *?[]{}\\\n\t\x00\x7f\u00a0\u2028\ud800é"))
+
+
+@given(st.lists(st.text(_NAME_CHARS, max_size=6) | st.just("x" * 513), max_size=5))
+def test_checking_many_names_at_once_agrees_with_checking_each(names: list[str]) -> None:
+    """check_keys' one pass over joined names accepts and refuses exactly what check_key
+    does, with the same error."""
+    try:
+        assert check_keys(names) == _verdict(names)
+    except InvalidIdentifier as exc:
+        assert str(exc) == _verdict(names)
 
 
 def test_non_strings_and_bad_uuids() -> None:

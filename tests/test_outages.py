@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import amber
-from amber import StoreUnavailable
+from amber import StoreUnavailable, defaults
 from amber.engines.embedded import EmbeddedPostgres, EmbeddedRedis
 
 from .checkpoints.test_checkpointer import Probe
@@ -29,11 +29,15 @@ def own(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedPostgres]]:
 
 def test_postgres_outage_then_return(own: tuple[EmbeddedRedis, EmbeddedPostgres]) -> None:
     redis_server, pg_server = own
-    with amber.connect(redis_server.url, pg_server.url(), connect_timeout=2) as stack:
+    # a call made during the outage waits command_timeout for a connection, then fails
+    with amber.connect(
+        redis_server.url, pg_server.url(), connect_timeout=2, command_timeout=4
+    ) as stack:
         agent = Probe(str(uuid.uuid4()), "AAPL", stack.memory("outage-agent"))
         agent.complete("one", agent.run_subtask("one"))
         saved = stack.checkpointer.save_checkpoint(agent, "one")
         pg_server.stop()
+        down_at = time.monotonic()
         with pytest.raises(StoreUnavailable, match="PostgreSQL"):
             stack.checkpointer.save_checkpoint(agent, "two")
         with pytest.raises(StoreUnavailable):
@@ -43,8 +47,12 @@ def test_postgres_outage_then_return(own: tuple[EmbeddedRedis, EmbeddedPostgres]
             stack.checkpointer.restore_checkpoint(
                 agent.analysis_id, "probe_agent", agent_id=agent.agent_id
             )
+        # psycopg's pool retries a lost connection after 1, 2, 4, 8, 16 s...: an outage of
+        # 17 s puts its next try 14 s after the server is back, unless amber bounds the
+        # tries (PG_RECONNECT_SECONDS) so that the next call connects afresh
+        time.sleep(max(0.0, down_at + 17 - time.monotonic()))
         pg_server.ensure()
-        deadline = time.monotonic() + 30  # the pool reconnects with backoff
+        deadline = time.monotonic() + 2 * defaults.PG_RECONNECT_SECONDS
         while True:
             try:
                 assert stack.checkpointer.get(saved.checkpoint_id) == saved

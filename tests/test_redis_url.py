@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from redis import exceptions as rex
+from redis.sentinel import MasterNotFoundError
 
 import amber
 from amber.config import load_settings
@@ -65,3 +67,35 @@ def test_retry_policy_sends_again_only_what_cannot_apply_twice() -> None:
     assert not policy.idempotent(("EVALSHA", sha1(scripts.WRITE), 1, "k"))
     assert not policy.idempotent(("INCR", "k"))
     assert not policy.idempotent(("LPUSH", "k", "v"))
+
+
+@pytest.mark.parametrize(
+    ("error", "sent_again"),
+    [
+        (rex.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."), True),
+        (MasterNotFoundError("No master found for 'amber'"), True),  # Sentinels mid-failover
+        (rex.ReadOnlyError("You can't write against a read only replica."), True),
+        (rex.ConnectionError("The previous master is now a slave"), True),  # READONLY, Sentinel
+        (rex.ConnectionError("Connection closed by server."), False),  # it may have run
+        (rex.TimeoutError("Timeout reading from socket"), False),
+    ],
+)
+def test_a_write_is_sent_again_only_when_it_was_not_run(
+    error: rex.RedisError, sent_again: bool
+) -> None:
+    policy = Policy(5.0)
+    calls: list[int] = []
+
+    def send() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise error
+        return "ok"
+
+    if sent_again:
+        assert policy.call(send, ("RPUSH", "k", "v"), lambda: "node") == "ok"
+        assert len(calls) == 2
+    else:
+        with pytest.raises(type(error)):
+            policy.call(send, ("RPUSH", "k", "v"), lambda: "node")
+        assert len(calls) == 1

@@ -15,9 +15,12 @@ from amber.errors import (
     AnalysisBusy,
     AnalysisNotFound,
     AnalysisStateError,
+    AppNotFound,
+    AwaitingReview,
     CheckpointConflict,
     CheckpointCorrupt,
     CheckpointNotFound,
+    CodeChanged,
     ConfigError,
     ConsistencyError,
     InvalidIdentifier,
@@ -26,7 +29,14 @@ from amber.errors import (
     MigrationError,
     NotFound,
     QuotaExceeded,
+    RegistrationError,
+    ReviewAlreadyDecided,
+    ReviewNotFound,
+    StepFailed,
+    StepInDoubt,
+    StepMismatch,
     StoreUnavailable,
+    UnknownAgent,
     UnsupportedType,
     VersionTooNew,
     WalCorruption,
@@ -35,33 +45,15 @@ from amber.errors import (
 )
 
 if TYPE_CHECKING:
-    from amber.agents import (
-        ANALYSTS,
-        AgentResult,
-        BaseAgent,
-        FinancialAnalyst,
-        LeadCoordinator,
-        MarketDataClient,
-        StrategyAnalyst,
-        ValuationAgent,
-    )
+    from amber.agents import AgentResult, BaseAgent, LeadCoordinator
     from amber.checkpoints import AgentCheckpointer, Checkpoint, checkpoint_migration
     from amber.config import Durability, Settings
     from amber.engines.stack import Stack, connect
+    from amber.runtime import App, Decision, Retry, Worker
 
 _WHERE = {
     **dict.fromkeys(
-        [
-            "ANALYSTS",
-            "AgentResult",
-            "BaseAgent",
-            "FinancialAnalyst",
-            "LeadCoordinator",
-            "MarketDataClient",
-            "MemoryLost",
-            "StrategyAnalyst",
-            "ValuationAgent",
-        ],
+        ["AgentResult", "BaseAgent", "LeadCoordinator"],
         "amber.agents",
     ),
     **dict.fromkeys(
@@ -69,6 +61,7 @@ _WHERE = {
     ),
     **dict.fromkeys(["Durability", "Settings"], "amber.config"),
     **dict.fromkeys(["Stack", "connect"], "amber.engines.stack"),
+    **dict.fromkeys(["App", "Decision", "Retry", "Worker"], "amber.runtime"),
 }
 """Where each public name lives: imported on first use, so ``amber --help`` starts fast."""
 
@@ -87,39 +80,48 @@ def __getattr__(name: str) -> Any:
 __version__ = "0.1.0"
 
 __all__ = [
-    "ANALYSTS",
     "AgentCheckpointer",
     "AgentResult",
     "AmberError",
     "AnalysisBusy",
     "AnalysisNotFound",
     "AnalysisStateError",
+    "App",
+    "AppNotFound",
+    "AwaitingReview",
     "BaseAgent",
     "Checkpoint",
     "CheckpointConflict",
     "CheckpointCorrupt",
     "CheckpointNotFound",
+    "CodeChanged",
     "ConfigError",
     "ConsistencyError",
+    "Decision",
     "Durability",
-    "FinancialAnalyst",
     "InvalidIdentifier",
     "InvalidValue",
     "LeadCoordinator",
-    "MarketDataClient",
     "MemoryLost",
     "MigrationError",
     "NotFound",
     "QuotaExceeded",
+    "RegistrationError",
+    "Retry",
+    "ReviewAlreadyDecided",
+    "ReviewNotFound",
     "Settings",
     "Stack",
+    "StepFailed",
+    "StepInDoubt",
+    "StepMismatch",
     "StoreUnavailable",
-    "StrategyAnalyst",
+    "UnknownAgent",
     "UnsupportedType",
-    "ValuationAgent",
     "VersionTooNew",
     "WalCorruption",
     "WalError",
+    "Worker",
     "WrongType",
     "__version__",
     "checkpoint_migration",

@@ -103,9 +103,27 @@ class Settings(BaseSettings):
     """Seconds a Redis command that failed before it could run (failover, ``CLUSTERDOWN``,
     ``TRYAGAIN``, refused connection) is retried with backoff; 0: never."""
     pg_pool_max: int = Field(defaults.PG_POOL_MAX, ge=1, le=10_000)
+    """Most pooled PostgreSQL connections per process. Connections are taken per
+    statement, so a pool smaller than ``worker_concurrency * agent_concurrency`` only
+    makes steps wait their turn (at most ``connect_timeout``, then ``StoreUnavailable``)."""
+    lease_seconds: Annotated[float, Field(ge=0.5, le=defaults.DAY, allow_inf_nan=False)] = (
+        defaults.LEASE_SECONDS
+    )
+    """Seconds a run's lease on an analysis lasts unless its heartbeat renews it."""
+    worker_concurrency: int = Field(defaults.WORKER_CONCURRENCY, ge=1, le=10_000)
+    """Analyses one ``amber worker`` process runs at once."""
+    agent_concurrency: int = Field(defaults.AGENT_CONCURRENCY, ge=1, le=10_000)
+    """Agents of one analysis run at once (each one's steps in order)."""
+    worker_poll: Annotated[float, Field(gt=0, le=defaults.HOUR, allow_inf_nan=False)] = (
+        defaults.WORKER_POLL
+    )
+    """Seconds an idle worker waits before looking for work again."""
     max_retries: int = Field(defaults.MAX_RETRIES, ge=0, le=defaults.INT_MAX)
     wal_fsync: Literal["always", "batch", "off"] = defaults.WAL_FSYNC  # type: ignore[assignment]
     """fsync policy of the working-memory logs in the ``wal`` durability mode."""
+    serve_token: Annotated[str | None, Field(min_length=16, max_length=256, repr=False)] = None
+    """The token ``amber serve`` requires (``Authorization: Bearer`` or ``X-Amber-Token``);
+    None: a random one per process, and the server binds only to loopback."""
 
     def __init__(self, **values: Any) -> None:
         try:

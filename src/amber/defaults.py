@@ -43,8 +43,32 @@ when retrying cannot apply it twice (``amber.engines.retry``)."""
 TIMEOUT_MAX = 24 * HOUR
 """Longest connect or command timeout a setting accepts."""
 
+REDIS_MAX_CONNECTIONS = 10_000
+"""Most connections one Redis client opens (redis-py's own cap, 100, is below what a
+worker's threads can use at once; a connection is taken per command, so few are open)."""
+
 PG_POOL_MAX = 8
 """Most PostgreSQL connections one stack opens."""
+
+PG_RECONNECT_SECONDS = 5.0
+"""Seconds the PostgreSQL pool keeps retrying one lost connection in the background
+before it gives up and leaves the next caller to connect afresh. psycopg's pool doubles
+its delay between tries without a cap, so after a long outage its next try could come
+minutes after the server is back; bounding the tries bounds that wait."""
+
+LEASE_SECONDS = 10.0
+"""Seconds a run's lease on an analysis lasts unless renewed (every third of it, by one
+heartbeat per process). A dead process's leases lapse sooner: when PostgreSQL frees its
+liveness lock."""
+
+WORKER_CONCURRENCY = 4
+"""Analyses one worker process runs at once."""
+
+AGENT_CONCURRENCY = 4
+"""Agents of one analysis run at once (each agent's steps in order)."""
+
+WORKER_POLL = 0.5
+"""Seconds an idle worker waits before looking for work again."""
 
 RUNNER_GONE_WAIT = 1.0
 """Seconds a pause or resume waits for a runner's lock after its process died (PostgreSQL
@@ -74,6 +98,9 @@ SUBTASK_MAX_LEN = 128
 
 REASON_MAX_LEN = 1_000
 """Longest pause reason, and longest name of who paused or resumed."""
+
+COMMENT_MAX_LEN = 10_000
+"""Longest comment a reviewer may leave with a decision (persistence module)."""
 
 STATUS_MAX_LEN = 64
 """Longest session status and task type (persistence module)."""

@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from amber.agents import ANALYSTS, MarketDataClient
+from amber import examples
 from amber.errors import AmberError
+from amber.examples import ANALYSTS, MarketDataClient
 from amber.pause import PauseManager, PauseReport, ResumeReport
 
 if TYPE_CHECKING:
@@ -53,9 +54,9 @@ def run_demo(
     """Run the scenario and return its report (see the module docstring)."""
     t0 = time.perf_counter()
     market = MarketDataClient(quotas={"koyfin": KOYFIN_FIRST})
-    coordinator = stack.coordinator.using(market)
+    coordinator = examples.app.coordinator(stack, market)
     pauses = PauseManager(stack.analyses, coordinator)
-    aid = coordinator.start_analysis("AAPL", ANALYSTS)
+    aid = examples.app.submit(stack, examples.STOCK_ANALYSIS, ticker="AAPL", by="demo")
     agents = [a["agent_id"] for a in stack.analyses.get(aid).agents]
     say(f"analysis {aid}: AAPL with {len(ANALYSTS)} analysts")
 

@@ -53,6 +53,10 @@ class InvalidIdentifier(AmberError, ValueError):
     """An id or key name would be unsafe in a Redis key or SQL row; ``field`` names it."""
 
 
+class AmbiguousId(InvalidIdentifier):
+    """An id prefix names more than one thing; ``candidates`` lists a few of them."""
+
+
 class StoreUnavailable(AmberError):
     """Redis or PostgreSQL did not answer within the timeout, or refused us."""
 
@@ -155,3 +159,52 @@ class SessionNotFoundError(NotFound):
 
 class RedisConnectionError(StoreUnavailable):
     """Redis did not answer within the timeout, or refused the connection."""
+
+
+class UnknownAgent(NotFound):
+    """An analysis names an agent its application does not register; carries
+    ``agent_type``. The analysis is left as it was: run it with the right ``--app``."""
+
+
+class RegistrationError(AmberError, ValueError):
+    """An agent, analysis definition or step could not be registered (a duplicate name,
+    an unknown agent in a definition, a function of the wrong shape)."""
+
+
+class AppNotFound(ConfigError):
+    """``--app module:attr`` (or ``AMBER_APP``) does not name an importable ``amber.App``."""
+
+
+class CodeChanged(AmberError):
+    """An agent's declared steps differ from those its analysis was started with, and no
+    migration covers the change; the message names what was added and removed."""
+
+
+class StepMismatch(AmberError):
+    """A step key already recorded by one function was met again with another."""
+
+
+class StepFailed(AmberError):
+    """A step raised on every attempt its retry policy allows; carries ``step`` and
+    ``attempts``, and the last error as ``__cause__``."""
+
+
+class StepInDoubt(AmberError):
+    """An at-most-once step started and never recorded its result (its process died), and
+    its function takes no idempotency key: it is held until a person decides
+    (``amber steps resolve``). Carries ``step_id``."""
+
+
+class AwaitingReview(AmberError):
+    """A step waits for a review's decision: the analysis pauses until it is decided.
+    Carries ``review_id``."""
+
+
+class ReviewNotFound(NotFound):
+    """No review with this ``review_id`` exists (or, in the persistence module's queue,
+    its ``expires_at`` has passed)."""
+
+
+class ReviewAlreadyDecided(AmberError):
+    """A review was decided before: the first decision stands (carries ``review_id`` and
+    the stored ``decision``)."""

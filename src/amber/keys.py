@@ -75,6 +75,31 @@ def check_key(value: object) -> str:
     return _check(value, "key name", defaults.KEY_MAX_LEN, allow_colon=True)
 
 
+_BAD_IN_JOINED_KEYS = re.compile(r"[\x00-\x09\x0b-\x1f\x7f*?\[\]{}\\]|^\s|\s$", re.M)
+"""In key names joined by newlines: a character no name may hold, or a name that starts or
+ends with whitespace (an empty name is a newline at a line's start)."""
+
+
+def check_keys(values: list[str]) -> list[str]:
+    """``[check_key(v) for v in values]`` in one pass over all of them (a snapshot of a
+    big memory checks thousands of names); raises as :func:`check_key` does."""
+    try:
+        joined = "\n".join(values)
+    except TypeError:
+        joined = None
+    if (
+        joined is not None
+        and values
+        and joined.count("\n") == len(values) - 1  # no name holds a newline
+        and min(map(len, values)) > 0
+        and max(map(len, values)) <= defaults.KEY_MAX_LEN
+        and not _BAD_IN_JOINED_KEYS.search(joined)
+        and _utf8(joined)
+    ):
+        return values
+    return [check_key(v) for v in values]
+
+
 def check_uuid(value: object, kind: str = "analysis_id") -> str:
     """Return the canonical text of a UUID given as UUID or string, else raise."""
     if isinstance(value, uuid.UUID):
@@ -264,42 +289,47 @@ class Keys:
         return f"{self.prefix}:*"
 
     # -- persistence (sessions, tasks, reviews) ----------------------------------------
-    def session_base(self) -> str:
-        """Common start of every session key: ``<prefix>:session:``."""
-        return f"{self.prefix}:session:"
-
+    # Everything of one session carries the hash tag {session_id}, and every review of a
+    # prefix the tag {prefix}: each script of amber.persistence touches one slot.
     def session(self, session_id: str) -> str:
-        """One session document (JSON): ``<prefix>:session:<session_id>``."""
-        return self.session_base() + check_id(session_id, "session_id")
-
-    def session_index(self) -> str:
-        """Sorted set of session ids, scored by when each session expires (ms)."""
-        return f"{self.prefix}:session_index"
-
-    def task_base(self) -> str:
-        """Common start of every task key: ``<prefix>:task:``."""
-        return f"{self.prefix}:task:"
-
-    def task(self, task_id: str) -> str:
-        """One task document (JSON): ``<prefix>:task:<task_id>``."""
-        return self.task_base() + check_id(task_id, "task_id")
+        """One session document (JSON): ``<prefix>:session:{<session_id>}``."""
+        return f"{self.prefix}:session:{{{check_id(session_id, 'session_id')}}}"
 
     def task_queue(self, session_id: str) -> str:
-        """List of a session's queued task ids: ``<prefix>:task_queue:<session_id>``."""
-        return f"{self.prefix}:task_queue:{check_id(session_id, 'session_id')}"
+        """List of a session's queued task ids: ``<prefix>:task_queue:{<session_id>}``."""
+        return f"{self.prefix}:task_queue:{{{check_id(session_id, 'session_id')}}}"
 
-    def session_tasks(self, session_id: str) -> str:
-        """Set of every task id saved into a session, so deleting it finds them all."""
-        return f"{self.prefix}:session_tasks:{check_id(session_id, 'session_id')}"
+    def tasks(self, session_id: str) -> str:
+        """Hash of every task saved into a session, task id to JSON, taken ones too:
+        ``<prefix>:tasks:{<session_id>}``."""
+        return f"{self.prefix}:tasks:{{{check_id(session_id, 'session_id')}}}"
 
-    def review_base(self) -> str:
-        """Common start of every review key: ``<prefix>:review:``."""
-        return f"{self.prefix}:review:"
+    def task_expiry(self, session_id: str) -> str:
+        """Sorted set of a session's task ids scored by when each task expires (ms):
+        ``<prefix>:task_expiry:{<session_id>}``."""
+        return f"{self.prefix}:task_expiry:{{{check_id(session_id, 'session_id')}}}"
+
+    def task_session(self, task_id: str) -> str:
+        """Which session holds a task, for reading it by id alone:
+        ``<prefix>:task_session:<task_id>``."""
+        return f"{self.prefix}:task_session:{check_id(task_id, 'task_id')}"
+
+    def session_index(self) -> str:
+        """Sorted set of session ids, scored by when each session expires (ms), at the latest."""
+        return f"{self.prefix}:session_index"
 
     def review(self, review_id: str) -> str:
-        """One review document (JSON): ``<prefix>:review:<review_id>``."""
-        return self.review_base() + check_id(review_id, "review_id")
+        """One review document (JSON), in the slot of the prefix's review queue:
+        ``<prefix>:review:{<prefix>}:<review_id>``."""
+        return f"{self.prefix}:review:{{{self.prefix}}}:{check_id(review_id, 'review_id')}"
 
     def review_queue(self) -> str:
-        """Sorted set of pending review ids, scored by ``expires_at`` (ms)."""
-        return f"{self.prefix}:review_queue"
+        """Sorted set of pending review ids, scored by ``expires_at`` (ms):
+        ``<prefix>:review_queue:{<prefix>}``."""
+        return f"{self.prefix}:review_queue:{{{self.prefix}}}"
+
+
+def call_key(provider: str, endpoint: str, params: dict[str, Any]) -> str:
+    """Canonical name of one external call: ``provider:endpoint:k=v,...`` (params sorted)."""
+    args = ",".join(f"{k}={params[k]}" for k in sorted(params))
+    return f"{provider}:{endpoint}:{args}"

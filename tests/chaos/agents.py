@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import amber
 from amber.agents import BaseAgent
 
 
@@ -45,3 +46,8 @@ class GateAgent(BaseAgent):
             while not os.path.exists(self.config["gate"]):
                 time.sleep(0.02)
         return {"done": name}
+
+
+app = amber.App("chaos")
+"""The fault tests' agents as an application: ``--app tests.chaos.agents:app``."""
+app.agent(GateAgent)

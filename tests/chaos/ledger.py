@@ -23,7 +23,7 @@ from pathlib import Path
 GO = "go"  # child: <action> <mode>, when it starts work
 PHASE = "phase"  # child: run | resume | pause, right before the call that does it
 START = "start"  # child: <analysis_id> <agent_type> <subtask> <checkpoint_seq> <runner> <time>
-CALL = "call"  # child: <call key>, before the market serves the call
+CALL = "call"  # child: <call key> <thread>, before the market serves the call
 CACHEKILL = "cachekill"  # child: right before it SIGKILLs itself after a PostgreSQL commit
 END = "end"  # child: <action> <outcome>, when the work returned
 ERROR = "error"  # child: <exception type> <message>, when the work raised
@@ -207,18 +207,18 @@ class Repeat:
 def duplicate_calls(entries: Sequence[Entry]) -> tuple[int, list[Repeat]]:
     """All repeats of a call key, and those beyond the one in flight per interruption.
 
-    The last call of an interrupted child may have reached the provider without its
-    response being kept: it excuses one later repeat of its key. Every other repeat
-    is duplicate work.
+    The last call of each thread of an interrupted child (its agents run at once, one
+    per thread) may have reached the provider without its response being kept: it
+    excuses one later repeat of its key. Every other repeat is duplicate work.
     """
     stopped = interrupted(entries)
-    last_call: dict[int, int] = {}
+    last_call: dict[tuple[int, str], int] = {}
     made: dict[str, list[Entry]] = {}
     for e in entries:
         if e.kind == CALL:
-            last_call[e.pid] = e.index
+            last_call[(e.pid, e.fields[1] if len(e.fields) > 1 else "")] = e.index
             made.setdefault(e.fields[0], []).append(e)
-    in_flight = {index for pid, index in last_call.items() if pid in stopped}
+    in_flight = {index for (pid, _), index in last_call.items() if pid in stopped}
     total, repeats = 0, []
     for key, calls in made.items():
         total += len(calls) - 1

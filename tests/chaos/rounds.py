@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import amber
+from amber.examples import ANALYSTS
 from tests.chaos.ledger import (
     CALL,
     EXIT,
@@ -69,7 +70,7 @@ KINDS = {"kill": 30, "commit": 25, "pause": 25, "flush": 10, "restart": 10}
 """Relative weights of the round kinds; flush and restart only for wal analyses."""
 
 REDIS_KINDS = ("flush", "restart")
-AGENT_TYPES = tuple(cls.agent_type for cls in amber.ANALYSTS)
+AGENT_TYPES = tuple(cls.agent_type for cls in ANALYSTS)
 FINISHED = ("completed", "failed", "expired")
 
 READY_TIMEOUT = 60.0
@@ -269,7 +270,7 @@ class Engine:
         if mode is None:
             mode = choose_mode(self.seed, len(self.tally.analyses), self.opts.modes)
         # checkpoints kept after completion: the re-execution check reads every row
-        aid = self.stack.coordinator.start_analysis(TICKER, amber.ANALYSTS, preserve=True)
+        aid = self.stack.coordinator.start_analysis(TICKER, ANALYSTS, preserve=True)
         self.started.append(aid)
         path = self.workdir / "ledgers" / f"{name or aid}.log"
         return Analysis(aid, mode, path, Ledger(path))

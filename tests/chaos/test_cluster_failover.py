@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import amber
@@ -70,6 +71,64 @@ def _work(stack: amber.Stack, agent: Worker, acked: list[int], failures: list[fl
         time.sleep(0.02)
 
 
+@dataclass
+class Workload:
+    """Six agents checkpointing through ``stack`` in threads, and what they saw."""
+
+    stack: amber.Stack
+    agents: list[Worker]
+    runs: Counter[tuple[str, str]]
+    acked: dict[str, list[int]]
+    failures: list[float]
+    threads: list[threading.Thread]
+
+    @classmethod
+    def start(cls, stack: amber.Stack, tag: str) -> Workload:
+        """Start the agents; they run for a few seconds."""
+        runs: Counter[tuple[str, str]] = Counter()
+        agents = []
+        for i in range(6):
+            a = Worker(str(uuid.uuid4()), "AAPL", stack.memory(f"{tag}-{i}-{uuid.uuid4().hex[:6]}"))
+            a.runs = runs
+            agents.append(a)
+        acked: dict[str, list[int]] = {a.agent_id: [] for a in agents}
+        failures: list[float] = []
+        threads = [
+            threading.Thread(target=_work, args=(stack, a, acked[a.agent_id], failures))
+            for a in agents
+        ]
+        for t in threads:
+            t.start()
+        return cls(stack, agents, runs, acked, failures, threads)
+
+    def join(self, killed_at: float) -> tuple[int, float]:
+        """Wait for the agents; (commands retried since the kill, window of retries and
+        failures in seconds)."""
+        for t in self.threads:
+            t.join(240)
+        assert not any(t.is_alive() for t in self.threads)
+        policy: Policy = self.stack.redis.policy  # type: ignore[attr-defined]
+        retried = [r for r in policy.retried if r[0] >= killed_at - 1]
+        times = [r[0] for r in retried] + self.failures
+        return len(retried), (max(times) - min(times)) if times else 0.0
+
+    def check(self) -> None:
+        """No subtask ran twice, no acknowledged checkpoint was lost, every memory whole."""
+        stack = self.stack
+        assert all(n == 1 for n in self.runs.values()), "a completed subtask ran twice"
+        assert len(self.runs) == len(self.agents) * len(SUBTASKS)
+        for a in self.agents:
+            stored = stack.checkpointer.restore_checkpoint(
+                a.analysis_id, a.agent_type, agent_id=a.agent_id
+            ).checkpoint
+            assert stored.seq >= max(self.acked[a.agent_id]), "an acknowledged checkpoint was lost"
+            assert stored.completed_subtasks == list(SUBTASKS)
+            report = stack.recovery.recover_agent_state(a.agent_id, a.analysis_id, a.agent_type)
+            assert report is not None
+            for name in SUBTASKS:
+                assert a.l1_cache.get(name) == f"{a.agent_id}:{name}".encode()
+
+
 def test_primary_killed_mid_workload_loses_and_repeats_nothing(engines: Engines) -> None:
     with LocalCluster() as cluster:
         stack = amber.connect(
@@ -80,49 +139,17 @@ def test_primary_killed_mid_workload_loses_and_repeats_nothing(engines: Engines)
             durability="checkpoint",
         )
         with stack:
-            runs: Counter[tuple[str, str]] = Counter()
-            agents = []
-            for i in range(6):
-                a = Worker(
-                    str(uuid.uuid4()), "AAPL", stack.memory(f"fo-{i}-{uuid.uuid4().hex[:6]}")
-                )
-                a.runs = runs
-                agents.append(a)
-            acked: dict[str, list[int]] = {a.agent_id: [] for a in agents}
-            failures: list[float] = []
-            threads = [
-                threading.Thread(target=_work, args=(stack, a, acked[a.agent_id], failures))
-                for a in agents
-            ]
-            for t in threads:
-                t.start()
+            work = Workload.start(stack, "fo")
             time.sleep(1.0)
-            victim = stack.redis.keyslot(stack.keys.l1_index(agents[0].agent_id))  # type: ignore[attr-defined]
+            victim = stack.redis.keyslot(stack.keys.l1_index(work.agents[0].agent_id))  # type: ignore[attr-defined]
             node = stack.redis.nodes_manager.get_node_from_slot(victim)  # type: ignore[attr-defined]
             killed_at = time.time()
             cluster.kill(node.port)
-            for t in threads:
-                t.join(240)
-            assert not any(t.is_alive() for t in threads)
+            retried, window = work.join(killed_at)
             cluster.wait_ok()
-            policy: Policy = stack.redis.policy  # type: ignore[attr-defined]
-            retried = [r for r in policy.retried if r[0] >= killed_at - 1]
-            times = [r[0] for r in retried] + failures
-            window = (max(times) - min(times)) if times else 0.0
             print(
-                f"\nfailover: killed {node.name} at +1.0s; {len(retried)} command retries,"
-                f" {len(failures)} failed operations seen by the workload,"
+                f"\nfailover: killed {node.name} at +1.0s; {retried} command retries,"
+                f" {len(work.failures)} failed operations seen by the workload,"
                 f" window {window:.2f}s"
             )
-            assert all(n == 1 for n in runs.values()), "a completed subtask ran twice"
-            assert len(runs) == len(agents) * len(SUBTASKS)
-            for a in agents:
-                stored = stack.checkpointer.restore_checkpoint(
-                    a.analysis_id, a.agent_type, agent_id=a.agent_id
-                ).checkpoint
-                assert stored.seq >= max(acked[a.agent_id]), "an acknowledged checkpoint was lost"
-                assert stored.completed_subtasks == list(SUBTASKS)
-                report = stack.recovery.recover_agent_state(a.agent_id, a.analysis_id, a.agent_type)
-                assert report is not None
-                for name in SUBTASKS:
-                    assert a.l1_cache.get(name) == f"{a.agent_id}:{name}".encode()
+            work.check()

@@ -112,6 +112,22 @@ def test_the_call_in_flight_at_a_kill_excuses_one_repeat() -> None:
     assert (total, repeats) == (1, [])
 
 
+def test_each_thread_of_a_killed_child_has_its_own_call_in_flight() -> None:
+    entries = ledger(
+        "call 1 a t1",  # agent 1's call, in flight: its response not yet kept ...
+        "call 1 b t2",  # ... while agent 2, on another thread, went on calling
+        "call 1 c t2",
+        f"kill {ENGINE} 1 delay",
+        f"exit {ENGINE} 1 -9",
+        "call 2 a t3",
+        "call 2 c t4",
+        "call 2 b t4",  # agent 2's b had been answered and kept before its c
+        f"exit {ENGINE} 2 0",
+    )
+    _, repeats = duplicate_calls(entries)
+    assert [(r.key, r.excused, r.excess) for r in repeats] == [("b", 0, 1)]
+
+
 def test_a_repeat_of_an_earlier_call_of_a_killed_child_is_duplicate_work() -> None:
     entries = ledger(
         "call 1 a",  # answered and kept before the next call: never to be made again

@@ -2,7 +2,7 @@
 
 The rounds use the suite's PostgreSQL database and a Redis of their own (so they
 can restart it). The test prints its seed first and its table last; replay a
-failure with ``AMBER_CHAOS_SEED=<seed>`` or ``python -m tests.chaos.rounds --seed``.
+failure with ``CHAOS_SEED=<seed>`` or ``python -m tests.chaos.rounds --seed``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _worker(pid: int) -> bool:
 def test_200_rounds_break_no_invariant(
     engines: Engines, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    seed = int(os.environ.get("AMBER_CHAOS_SEED") or secrets.randbits(32))
+    seed = int(os.environ.get("CHAOS_SEED") or secrets.randbits(32))
     workdir = tmp_path / "chaos"
     opts = Options(ROUNDS, seed, database_url=engines.database_url, workdir=workdir)
     with capsys.disabled():  # the seed and the table show even when the test passes

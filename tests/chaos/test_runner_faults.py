@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import amber
-from amber import ANALYSTS, MarketDataClient
+from amber.examples import ANALYSTS, MarketDataClient
 from amber.pause import PauseManager
 from tests.chaos.agents import GateAgent, ledger
 from tests.chaos.helpers import SRC
@@ -34,6 +34,7 @@ RUN = """
 import os, signal, sys
 import amber
 from amber.checkpoints.store import AgentCheckpointer
+import amber.examples  # registers the example analysts
 import tests.chaos.agents  # registers GateAgent
 
 aid, durability, kill_at_commit = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -76,6 +77,18 @@ def _committed(stack: amber.Stack, aid: str) -> set[tuple[str, str]]:
     return {(t, s) for t, done in rows for s in done}
 
 
+def _settled(stack: amber.Stack, aid: str) -> set[tuple[str, str]]:
+    """``_committed`` once the dead child's in-flight inserts have finished: PostgreSQL
+    completes a statement it received whole even after its client died."""
+    seen, stable = _committed(stack, aid), 0
+    while stable < 5:
+        time.sleep(0.1)
+        now = _committed(stack, aid)
+        stable = stable + 1 if now == seen else 0
+        seen = now
+    return seen
+
+
 def _head_seq(stack: amber.Stack, aid: str, agent_type: str) -> int:
     with stack.pg.connection() as conn:
         row = conn.execute(
@@ -95,8 +108,9 @@ def test_kill_between_the_postgresql_commit_and_the_redis_write(
     child = _child(aid, kill_at_commit=kill_at_commit)
     child.communicate(timeout=120)
     assert child.returncode == -signal.SIGKILL
-    committed = _committed(stack, aid)
-    assert len(committed) == kill_at_commit  # the kill came after this commit
+    committed = _settled(stack, aid)
+    # the kill came after this commit (agents run at once: another may have committed too)
+    assert kill_at_commit <= len(committed) <= kill_at_commit + 2
     starts: list[tuple[str, str]] = []
     co.on_subtask_start = lambda agent, name: starts.append((agent.agent_type, name))
     report = PauseManager(stack.analyses, co).resume(aid)  # the dead runner's work, taken over
@@ -160,10 +174,21 @@ def test_a_sigkilled_runner_is_taken_over_by_amber_resume(
 ) -> None:
     aid, gate, book = _dead_at_the_gate(stack, tmp_path, "hybrid")
     assert stack.analyses.get(aid).status == "running"
-    assert not stack.analyses.has_runner(aid)
+    deadline = time.monotonic() + 10  # PostgreSQL notices the dead connection a moment later
+    while stack.analyses.has_runner(aid):
+        assert time.monotonic() < deadline, "the dead runner's lease never lapsed"
+        time.sleep(0.05)
     gate.touch()
     cli = subprocess.run(
-        [sys.executable, "-c", "from amber.cli import main; main()", "resume", aid],
+        [
+            sys.executable,
+            "-c",
+            "from amber.cli import main; main()",
+            "resume",
+            aid,
+            "--app",
+            "tests.chaos.agents:app",
+        ],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, ROOT])),
@@ -263,7 +288,6 @@ def _ghost(stack: amber.Stack, status: str) -> str:
     ghost: dict[str, Any] = {
         "agent_type": "ghost_agent",
         "agent_id": "ghost_agent_0001",
-        "cls": "no_such_module_for_amber:Ghost",
         "version": "1.0",
         "config": {},
     }
@@ -277,19 +301,22 @@ def test_a_failed_resume_leaves_the_analysis_paused_with_the_reason(stack: amber
     aid = _ghost(stack, "paused")
     stack.analyses.record_pause(aid, "awaiting_review", "test")
     for _ in range(2):  # and it can be tried again
-        with pytest.raises(amber.AmberError, match="could not be imported"):
+        with pytest.raises(amber.UnknownAgent, match="ghost_agent"):
             stack.pause_manager.resume(aid)
         assert stack.analyses.get(aid).status == "paused"
         assert not stack.analyses.has_runner(aid)
     pauses = stack.analyses.pauses(aid)
-    assert "could not be imported" in (pauses[-1]["error"] or "")
+    assert "ghost_agent" in (pauses[-1]["error"] or "")
 
 
-def test_a_failed_pause_leaves_it_paused_and_resumable(stack: amber.Stack) -> None:
+def test_a_pause_needs_no_agent_code_and_a_resume_without_it_changes_nothing(
+    stack: amber.Stack,
+) -> None:
     aid = _ghost(stack, "running")
-    with pytest.raises(amber.AmberError, match="could not be imported"):
-        stack.pause_manager.pause(aid, "awaiting_review")
-    assert stack.analyses.get(aid).status == "paused"  # never running with nobody running it
+    report = stack.pause_manager.pause(aid, "awaiting_review")  # frozen from stored state
+    assert not report.pending and stack.analyses.get(aid).status == "paused"
     pause = stack.analyses.open_pause(aid)
-    assert pause is not None and pause["frozen_at"] is None
-    assert "could not be imported" in (stack.analyses.pauses(aid)[-1]["error"] or "")
+    assert pause is not None and pause["frozen_at"] is not None
+    with pytest.raises(amber.UnknownAgent):
+        stack.pause_manager.resume(aid)
+    assert stack.analyses.get(aid).status == "paused"

@@ -14,14 +14,16 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import amber
-from amber.agents.market import call_key
 from amber.errors import AnalysisStateError
+from amber.examples import MarketDataClient
+from amber.keys import call_key
 from tests.chaos.ledger import (
     CACHEKILL,
     CALL,
@@ -75,7 +77,7 @@ def connect(order: Order) -> amber.Stack:
     )
 
 
-class LedgerMarket(amber.MarketDataClient):
+class LedgerMarket(MarketDataClient):
     """The market-data client, with every call written to the ledger before it is served."""
 
     def __init__(self, ledger: Ledger) -> None:
@@ -83,8 +85,8 @@ class LedgerMarket(amber.MarketDataClient):
         self._ledger = ledger
 
     def fetch(self, provider: str, endpoint: str, **params: Any) -> Any:
-        """Log the call, then make it."""
-        self._ledger.write(CALL, call_key(provider, endpoint, params))
+        """Log the call and the thread making it (each agent runs on its own), then make it."""
+        self._ledger.write(CALL, call_key(provider, endpoint, params), str(threading.get_ident()))
         return super().fetch(provider, endpoint, **params)
 
 

@@ -8,8 +8,9 @@ from typing import Any, ClassVar
 import pytest
 
 import amber
-from amber import ANALYSTS, AnalysisStateError, MarketDataClient
+from amber import AnalysisStateError
 from amber.agents import BaseAgent
+from amber.examples import ANALYSTS, MarketDataClient
 from amber.pause import PauseManager
 
 RUNS: Counter[str] = Counter()
@@ -64,11 +65,11 @@ def test_quota_error_always_pauses_with_its_reason(stack: amber.Stack) -> None:
     market = MarketDataClient(quotas={"koyfin": 13})  # 10 for historical_roi, 3 for ma_review
     co = stack.coordinator.using(market)
     aid = co.start_analysis("AAPL", ANALYSTS)
-    results = co.run(aid)
-    assert results["financial_analyst"].status == "completed"
+    results = co.run(aid)  # the agents run at once: the others stop at their next subtask
+    assert results["financial_analyst"].status in ("completed", "stopped")
     strategy = results["strategy_analyst"]
     assert strategy.status == "quota_exhausted" and strategy.progress == "1 of 4 subtasks"
-    assert "valuation_agent" not in results
+    assert results["valuation_agent"].status in ("completed", "stopped")
     assert stack.analyses.get(aid).status == "paused"
     pause = stack.analyses.open_pause(aid)
     assert pause is not None and pause["reason"] == "quota_exhausted"
@@ -86,7 +87,7 @@ def test_quota_error_always_pauses_with_its_reason(stack: amber.Stack) -> None:
 
 
 def test_analysts_produce_their_deliverables(stack: amber.Stack) -> None:
-    co = stack.coordinator.using()
+    co = stack.coordinator.using(MarketDataClient())
     aid = co.start_analysis("AAPL", ANALYSTS)
     results = co.run(aid)
     assert [r.progress for r in results.values()] == [

@@ -59,10 +59,10 @@ def test_cli_verify_checks_the_snapshot_itself(stack: amber.Stack, mem: AgentMem
 
     runner = CliRunner()
     stack.snapshotter.snapshot_on_checkpoint(mem.agent_id)
-    result = runner.invoke(app, ["verify", mem.agent_id])
+    result = runner.invoke(app, ["memory", "verify", mem.agent_id])
     assert result.exit_code == 0 and "ok" in result.output
     stack.redis.set(stack.keys.l1_snapshot(mem.agent_id), b"garbage")
-    result = runner.invoke(app, ["verify", mem.agent_id])
+    result = runner.invoke(app, ["memory", "verify", mem.agent_id])
     assert result.exit_code == 1 and "error" in result.output
     result = runner.invoke(app, ["wal", "verify", "/etc"])
     assert result.exit_code == 1 and "no WAL segments" in result.output

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import amber
 from amber import codec
 from amber.agents import BaseAgent
-from amber.errors import WrongType
+from amber.errors import CheckpointConflict, WrongType
 from amber.memory import read_memory
 from amber.memory.snapshot import MAX_CHAIN
 
@@ -106,6 +106,57 @@ def test_the_hash_in_o_changes_always_equals_a_whole_read(
         stack.snapshotter.store(snap)
 
 
+def _save(stack: amber.Stack, agent: Steps) -> None:
+    name = agent.next_subtask()
+    assert name is not None
+    agent.complete(name, agent.run_subtask(name))
+    stack.checkpointer.save_checkpoint(agent, name, dual_write=True)
+
+
+def _stored_is_exact(stack: amber.Stack, agent_id: str) -> None:
+    stored = stack.snapshotter.stored(agent_id)
+    whole = read_memory(stack.redis, stack.keys, agent_id)
+    assert stored is not None
+    assert stored.snap.memory == whole.memory and stored.snap.hash == whole.hash
+
+
+def test_saves_that_take_over_the_last_snapshot_never_touch_one_a_caller_holds(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    agent = _agent(stack, uid)
+    mem, aid = agent.l1_cache, agent.agent_id
+    with mem.batch() as b:
+        for i in range(100):
+            b.set(f"k{i}", i)
+    _save(stack, agent)
+    mem.set("k1", "one")
+    _save(stack, agent)  # read against the save before, whose maps it takes over
+    _stored_is_exact(stack, aid)
+    mine = stack.snapshotter.take(aid)  # a caller's snapshot, then stored by the caller
+    held = dict(mine.memory)
+    stack.snapshotter.store(mine)
+    mem.set("k2", "two")
+    _save(stack, agent)
+    mem.set("k3", "three")
+    _save(stack, agent)
+    assert mine.memory == held  # copied, never taken over
+    _stored_is_exact(stack, aid)
+    mem.set("k4", "four")
+    agent.checkpoint_seq -= 1  # a save that fails: a newer checkpoint exists
+    with pytest.raises(CheckpointConflict):
+        stack.checkpointer.save_checkpoint(agent, None)
+    agent.checkpoint_seq += 1
+    assert stack.snapshotter.stored(aid) is None  # its base is gone: read whole next
+    mem.set("k5", "five")
+    _save(stack, agent)
+    _stored_is_exact(stack, aid)
+    _forget_redis(stack, aid)
+    report = stack.recovery.recover_agent_state(aid, agent.analysis_id, Steps.agent_type)
+    assert report.path == "postgresql_checkpoint" and report.verified
+    restored = read_memory(stack.redis, stack.keys, aid).memory
+    assert restored["k4"].value == b"four" and restored["k5"].value == b"five"
+
+
 def _rows(stack: amber.Stack, aid: str) -> list[tuple[int, int | None]]:
     with stack.pg.connection() as conn:
         return [
@@ -184,6 +235,31 @@ def test_a_corrupt_delta_falls_back_to_the_row_before_it(
     report = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, Steps.agent_type)
     assert report.path == "postgresql_checkpoint" and report.seq > 0
     assert read_memory(stack.redis, stack.keys, agent.agent_id).hash == hashes[1]
+
+
+def test_every_row_of_a_folded_chain_is_the_memory_that_was_saved(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """The chain is applied once, in place; an older row (a fallback) is rebuilt by
+    stepping back through what each newer delta replaced."""
+    agent = _agent(stack, uid)
+    mem = agent.l1_cache
+    saved = []
+    for i in range(6):
+        with mem.batch() as b:
+            b.set(f"k{i}", f"v{i}").set("shared", f"s{i}")
+            if i % 2:
+                b.delete(f"k{i - 1}")
+            if i == 3:
+                b.rpush("log", "a", "b")
+        _save(stack, agent)
+        saved.append(read_memory(stack.redis, stack.keys, agent.agent_id))
+    assert [b for _, b in _rows(stack, agent.analysis_id)] == [None, 1, 2, 3, 4, 5]
+    base, chain, error = stack.restorer._pg_chain(agent.analysis_id, Steps.agent_type)
+    assert base == 1 and error is None and len(chain) == 6
+    for k in [5, 2, 0, 4, 1, 3, -1]:  # in any order: stepping back never changes the chain
+        loaded = chain.loaded(k)
+        assert loaded.memory == saved[k].memory and loaded.hash == saved[k].hash
 
 
 def test_a_secondary_that_is_not_the_deltas_base_is_written_whole(

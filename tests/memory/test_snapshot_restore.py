@@ -229,3 +229,75 @@ def test_chunked_read_of_a_big_memory_is_a_point_in_time(stack: amber.Stack, age
         stop.set()
         t.join()
     mem.clear()
+
+
+def test_a_chunked_read_of_every_type_equals_one_script_reading_it_all(
+    stack: amber.Stack, agent_id: str
+) -> None:
+    from amber.memory.snapshot import READ_CHUNK, Snapshot, _Reader
+
+    mem = stack.memory(agent_id)
+    with mem.batch() as b:
+        for i in range(READ_CHUNK * 2 + 7):
+            kind = i % 5
+            name = f"k{i:05d}"
+            if kind == 0:
+                b.set(name, f"v{i}")
+            elif kind == 1:
+                b.rpush(name, i, "x")
+            elif kind == 2:
+                b.hset(name, {"f": i})
+            elif kind == 3:
+                b.sadd(name, i, "m")
+            else:
+                b.zadd(name, {"m": i / 3})
+    assert mem.expire("k00001", 100)  # a TTL of its own
+    retyped = mem.key("k00005")  # indexed as a string, now a list (another client)
+    stack.redis.delete(retyped)
+    stack.redis.rpush(retyped, "a", "b")
+    chunked = read_memory(stack.redis, stack.keys, agent_id)
+    reader = _Reader(stack.redis, stack.keys, agent_id)
+    whole = reader.read_whole([sorted(mem.keys_list())])  # one script, all of it
+    assert whole is not None
+
+    def values(snap: Snapshot) -> dict[str, tuple[str, object]]:
+        return {n: (e.type, e.value) for n, e in snap.memory.items()}  # TTLs count down
+
+    assert values(chunked) == values(whole) and chunked.hash == whole.hash
+    assert chunked.hash == codec.memory_hash(chunked.memory)
+    assert chunked.memory["k00005"] == codec.Entry("list", [b"a", b"b"])
+    assert chunked.memory["k00001"].ttl_ms > 0 and chunked.owned == {"k00001"}
+    assert chunked.memory["k00000"].value == b"v0"
+    mem.clear()
+
+
+def test_a_connection_lost_in_the_middle_of_a_chunked_read_starts_it_over(
+    stack: amber.Stack, agent_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunks after the first share one connection; when it breaks (a failover, a
+    restart) the read starts over through the retrying client, instead of failing."""
+    import redis
+
+    from amber.memory.snapshot import READ_CHUNK
+
+    mem = stack.memory(agent_id)
+    with mem.batch() as b:
+        for i in range(READ_CHUNK * 3):
+            b.set(f"k{i:05d}", i)
+    expected = read_memory(stack.redis, stack.keys, agent_id)
+    real = redis.connection.AbstractConnection.read_response
+    calls = {"n": 0}
+
+    def flaky(self: redis.connection.AbstractConnection, *args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 3:  # a reply of a chunk sent ahead
+            self.disconnect()
+            raise redis.ConnectionError("connection lost (injected)")
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "read_response", flaky)
+    again = read_memory(stack.redis, stack.keys, agent_id)
+    monkeypatch.undo()
+    assert calls["n"] > 3
+    assert again.memory == expected.memory and again.hash == expected.hash
+    mem.clear()

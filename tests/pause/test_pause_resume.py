@@ -12,11 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 import amber
-from amber import ANALYSTS, AnalysisNotFound, AnalysisStateError, MarketDataClient
+from amber import AnalysisNotFound, AnalysisStateError
 from amber.agents import LeadCoordinator
 from amber.cli import app
 from amber.demo import expire_l1
-from amber.engines.embedded import EmbeddedRedis
+from amber.engines.embedded import EmbeddedRedis, embedded_state, stop_embedded
+from amber.examples import ANALYSTS, MarketDataClient
 from amber.pause import PauseManager
 
 from ..conftest import Engines
@@ -45,7 +46,7 @@ def test_quota_pauses_with_dual_snapshots_14_day_ttls_and_a_record(stack: amber.
     assert record["reason"] == "quota_exhausted" and record["resumed_at"] is None
     states = {a["agent_type"]: a for a in record["agents"]}
     assert states["strategy_analyst"]["completed"] == 1 and states["strategy_analyst"]["total"] == 4
-    assert states["financial_analyst"]["completed"] == 4
+    assert states["financial_analyst"]["total"] == 4  # stopped wherever it was: agents run at once
     paused = stack.settings.paused_ttl
     for a in stack.analyses.get(aid).agents:
         for key in (
@@ -210,7 +211,11 @@ def test_demo_json_on_the_suite_servers(engines: Engines) -> None:
 
 def test_demo_json_on_fresh_embedded_engines(tmp_path: Path) -> None:
     env = {"AMBER_REDIS_URL": "", "AMBER_DATABASE_URL": "", "AMBER_DATA_DIR": str(tmp_path)}
-    result = CliRunner().invoke(app, ["demo", "--json"], env=env)
+    try:
+        result = CliRunner().invoke(app, ["demo", "--json"], env=env)
+        assert {s.name for s in embedded_state(tmp_path) if s.running} == {"redis", "postgresql"}
+    finally:
+        stop_embedded(tmp_path)  # the demo leaves the data directory's servers running
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     _check_demo_report(report)

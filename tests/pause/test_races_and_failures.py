@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 import amber
-from amber import ANALYSTS, AnalysisStateError, ConsistencyError, MarketDataClient
+from amber import AnalysisStateError, ConsistencyError
 from amber.agents import BaseAgent
+from amber.examples import ANALYSTS, MarketDataClient
 from amber.pause import PauseManager
 
 

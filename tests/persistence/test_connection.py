@@ -8,13 +8,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from amber import StoreUnavailable
 from amber.engines.embedded import stop_embedded
-from amber.persistence import PersistenceManager, RedisConnectionError, ValidationError
+from amber.persistence import (
+    PersistenceManager,
+    RedisConnectionError,
+    SyncPersistenceManager,
+    ValidationError,
+)
 
 from ..conftest import Engines
+from .conftest import Open, own_client
 
 
 @pytest.fixture
@@ -52,13 +59,13 @@ async def _every_call_fails_fast(pm: PersistenceManager, within: float) -> None:
         assert "Redis did not answer" in str(info.value)
 
 
-async def test_refused_connection(refused_url: str) -> None:
-    async with PersistenceManager(refused_url, prefix="p", timeout=1) as pm:
+async def test_refused_connection(manager: Open, refused_url: str) -> None:
+    async with manager(refused_url, prefix="p", timeout=1) as pm:
         await _every_call_fails_fast(pm, within=1.0)
 
 
-async def test_server_that_never_answers(silent_url: str) -> None:
-    async with PersistenceManager(silent_url, prefix="p", timeout=0.2) as pm:
+async def test_server_that_never_answers(manager: Open, silent_url: str) -> None:
+    async with manager(silent_url, prefix="p", timeout=0.2) as pm:
         started = time.monotonic()
         with pytest.raises(RedisConnectionError):
             await pm.get_session("s")
@@ -66,7 +73,7 @@ async def test_server_that_never_answers(silent_url: str) -> None:
 
 
 async def test_a_client_passed_in_is_used_and_left_open(engines: Engines, prefix: str) -> None:
-    client = aioredis.Redis.from_url(engines.redis_url, decode_responses=True)
+    client = own_client(engines.redis_url, asyncio=True)
     async with PersistenceManager(client=client, prefix=prefix) as pm:
         await pm.save_session({"session_id": "s", "goal": "g", "status": "planning"})
         await pm.save_task({"id": "t", "type": "x"}, session_id="s")
@@ -77,8 +84,21 @@ async def test_a_client_passed_in_is_used_and_left_open(engines: Engines, prefix
     await client.aclose()
 
 
-async def test_url_and_prefix_come_from_settings(engines: Engines) -> None:
-    async with PersistenceManager() as pm:  # AMBER_REDIS_URL and AMBER_PREFIX, set by the suite
+def test_a_sync_client_passed_in_is_used_and_left_open(engines: Engines, prefix: str) -> None:
+    client = own_client(engines.redis_url, asyncio=False)
+    with SyncPersistenceManager(client=client, prefix=prefix) as pm:
+        pm.save_session({"session_id": "s", "goal": "g", "status": "planning"})
+        pm.save_task({"id": "t", "type": "x"}, session_id="s")
+        assert [t.id for t in pm.list_tasks("s")] == ["t"]
+        task = pm.next_task("s")
+        assert task is not None and task.id == "t"
+        assert [s.session_id for s in pm.list_sessions()] == ["s"]
+    assert client.ping() is True
+    client.close()
+
+
+async def test_url_and_prefix_come_from_settings(manager: Open, engines: Engines) -> None:
+    async with manager() as pm:  # AMBER_REDIS_URL and AMBER_PREFIX, set by the suite
         assert pm.keys.prefix == engines.prefix
         assert await pm.get_session("nobody") is None
 
@@ -86,16 +106,18 @@ async def test_url_and_prefix_come_from_settings(engines: Engines) -> None:
 def test_bad_construction_is_refused(engines: Engines) -> None:
     with pytest.raises(ValidationError, match="not both"):
         PersistenceManager(engines.redis_url, client=aioredis.Redis())
+    with pytest.raises(ValidationError, match="not both"):
+        SyncPersistenceManager(engines.redis_url, client=redis.Redis())
     with pytest.raises(ValidationError, match="task_ttl"):
-        PersistenceManager(engines.redis_url, task_ttl=0)
+        SyncPersistenceManager(engines.redis_url, task_ttl=0)
 
 
 async def test_no_url_starts_the_embedded_redis(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    manager: Open, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("AMBER_REDIS_URL", raising=False)
     try:
-        async with PersistenceManager(prefix="embedded-check", data_dir=tmp_path) as pm:
+        async with manager(prefix="embedded-check", data_dir=tmp_path) as pm:
             assert pm.url.startswith("unix://")  # its own server, under data_dir
             await pm.save_session({"session_id": "s", "goal": "g", "status": "planning"})
             assert [s.session_id for s in await pm.list_sessions()] == ["s"]
@@ -121,15 +143,17 @@ async def test_no_url_starts_the_embedded_redis(
     ],
 )
 def test_bad_arguments_are_validation_errors_naming_them(
-    kwargs: dict[str, object], field: str
+    manager: Open, kwargs: dict[str, object], field: str
 ) -> None:
     with pytest.raises(ValidationError) as info:
-        PersistenceManager(**kwargs)  # type: ignore[arg-type]
+        manager(**kwargs)
     assert info.value.field == field  # type: ignore[attr-defined]
 
 
-async def test_bad_limits_are_validation_errors(engines: Engines, prefix: str) -> None:
-    async with PersistenceManager(engines.redis_url, prefix=prefix) as pm:
+async def test_bad_limits_are_validation_errors(
+    manager: Open, engines: Engines, prefix: str
+) -> None:
+    async with manager(engines.redis_url, prefix=prefix) as pm:
         for limit in (-1, 1.5, "5", True, None):
             with pytest.raises(ValidationError, match="limit"):
                 await pm.list_sessions(limit)  # type: ignore[arg-type]

@@ -77,6 +77,15 @@ def test_review_expires_in_24h_by_default() -> None:
         (ReviewItem, REVIEW, {"expires_at": "2026-02-07T21:00:00"}, "expires_at"),
         (ReviewItem, REVIEW, {"expires_at": "tomorrow"}, "expires_at"),
         (ReviewItem, REVIEW, {"task_id": "t?"}, "task_id"),
+        (ReviewItem, REVIEW, {"kind": "tool:call"}, "kind"),
+        (ReviewItem, REVIEW, {"kind": "k" * 129}, "kind"),
+        (ReviewItem, REVIEW, {"payload": {"x": float("nan")}}, "payload"),
+        (ReviewItem, REVIEW, {"payload": ["not", "an", "object"]}, "payload"),
+        (ReviewItem, REVIEW, {"decision": "maybe"}, "decision"),
+        (ReviewItem, REVIEW, {"decided_by": ""}, "decided_by"),
+        (ReviewItem, REVIEW, {"decided_at": "2026-02-07T21:00:00"}, "decided_at"),
+        (ReviewItem, REVIEW, {"comment": "a\udcffb"}, "comment"),
+        (ReviewItem, REVIEW, {"comment": "c" * 10_001}, "comment"),
     ],
 )
 def test_invalid_input_names_the_field(

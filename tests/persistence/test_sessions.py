@@ -18,7 +18,7 @@ from amber.persistence import (
 )
 
 from ..conftest import Engines
-from .conftest import DAY_MS, keys_under, session
+from .conftest import DAY_MS, Open, expires_at_ms, keys_under, session
 
 
 async def test_save_then_get_returns_the_next_version(
@@ -92,7 +92,7 @@ async def test_concurrent_creations_let_exactly_one_win(
     )
     won = [r for r in results if isinstance(r, Session)]
     assert len(won) == 1
-    assert all(isinstance(r, VersionConflictError) for r in results if r not in won)
+    assert all(isinstance(r, VersionConflictError) for r in results if r not in won), results
     assert await pm.get_session(sid) == won[0]
 
 
@@ -127,9 +127,9 @@ async def test_list_sessions_latest_first(pm: PersistenceManager) -> None:
 
 
 async def test_expired_sessions_leave_the_listing_and_the_index(
-    engines: Engines, prefix: str, pm: PersistenceManager, raw: redis.Redis
+    engines: Engines, prefix: str, manager: Open, pm: PersistenceManager, raw: redis.Redis
 ) -> None:
-    async with PersistenceManager(engines.redis_url, prefix=prefix, session_ttl=0.05) as short:
+    async with manager(engines.redis_url, prefix=prefix, session_ttl=0.05) as short:
         await short.save_session(session("brief"))
     await pm.save_session(session("lasting"))
     gone = raw.delete(pm.keys.session("lasting"))  # a document lost with its index entry left
@@ -140,7 +140,26 @@ async def test_expired_sessions_leave_the_listing_and_the_index(
         await asyncio.sleep(0.02)
     assert await pm.get_session("brief") is None
     assert await pm.list_sessions() == []
-    assert raw.zcard(pm.keys.session_index()) == 0
+    # the expired entry is trimmed; the lost document's entry is skipped until its score
+    # passes (it could be a save in flight, whose entry is written before its document)
+    assert raw.zrange(pm.keys.session_index(), 0, -1) == [b"lasting"]
+
+
+async def test_index_scores_only_grow(
+    engines: Engines, prefix: str, manager: Open, pm: PersistenceManager, raw: redis.Redis
+) -> None:
+    stored = await pm.save_session(session("s"))
+    index = pm.keys.session_index()
+    first = raw.zscore(index, "s")
+    async with manager(engines.redis_url, prefix=prefix, session_ttl=60) as short:
+        with pytest.raises(VersionConflictError):
+            await short.save_session(session("s"))  # fails, and must not shorten the entry
+        second = raw.zscore(index, "s")
+        assert first is not None and second == first + 1
+        await short.save_session(stored)  # a shorter TTL: the entry outlives the document
+    third = raw.zscore(index, "s")
+    assert third == first + 2
+    assert expires_at_ms(raw, pm.keys.session("s")) < third - 3_600_000
 
 
 async def test_delete_session_takes_its_tasks(

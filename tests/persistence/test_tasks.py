@@ -15,7 +15,7 @@ from amber.persistence import (
 )
 
 from ..conftest import Engines
-from .conftest import DAY_MS, keys_under, task
+from .conftest import DAY_MS, Open, expires_at_ms, keys_under, task
 
 
 @pytest.fixture
@@ -43,8 +43,22 @@ async def test_task_and_queue_ttls_are_24h(
     pm: PersistenceManager, sid: str, raw: redis.Redis
 ) -> None:
     await pm.save_task(task("t1"), session_id=sid)
-    for key in (pm.keys.task("t1"), pm.keys.task_queue(sid), pm.keys.session_tasks(sid)):
+    keys = pm.keys
+    for key in (keys.tasks(sid), keys.task_expiry(sid), keys.task_queue(sid)):
         assert DAY_MS - 60_000 < raw.pttl(key) <= DAY_MS, key
+    lookup = raw.pttl(keys.task_session("t1"))  # outlives the task by a second
+    assert DAY_MS - 60_000 < lookup <= DAY_MS + 1000
+    score = raw.zscore(keys.task_expiry(sid), "t1")
+    assert score is not None and abs(score - expires_at_ms(raw, keys.tasks(sid))) < 60_000
+
+
+async def test_task_keys_live_as_long_as_the_longest_lived_task(
+    engines: Engines, manager: Open, pm: PersistenceManager, sid: str, raw: redis.Redis
+) -> None:
+    await pm.save_task(task("long"), session_id=sid)
+    async with manager(engines.redis_url, prefix=pm.keys.prefix, task_ttl=60) as short:
+        await short.save_task(task("short"), session_id=sid)
+    assert raw.pttl(pm.keys.tasks(sid)) > 3_600_000  # not shortened by the short task
 
 
 async def test_queue_is_fifo_and_runs_dry(pm: PersistenceManager, sid: str) -> None:
@@ -108,9 +122,9 @@ async def test_invalid_tasks_name_the_field_and_write_nothing(
 
 
 async def test_expired_tasks_are_skipped_and_their_entries_removed(
-    engines: Engines, pm: PersistenceManager, sid: str, raw: redis.Redis
+    engines: Engines, manager: Open, pm: PersistenceManager, sid: str, raw: redis.Redis
 ) -> None:
-    async with PersistenceManager(engines.redis_url, prefix=pm.keys.prefix, task_ttl=0.05) as short:
+    async with manager(engines.redis_url, prefix=pm.keys.prefix, task_ttl=0.05) as short:
         await short.save_task(task("brief1"), session_id=sid)
         await short.save_task(task("brief2"), session_id=sid)
     await pm.save_task(task("lasting"), session_id=sid)  # renews the queue's TTL
@@ -121,7 +135,33 @@ async def test_expired_tasks_are_skipped_and_their_entries_removed(
     queue = pm.keys.task_queue(sid)
     assert raw.llen(queue) == 3
     assert [t.id for t in await pm.list_tasks(sid)] == ["lasting"]
+    assert raw.hkeys(pm.keys.tasks(sid)) == [b"lasting"]  # the expired ones were dropped
+    assert raw.zrange(pm.keys.task_expiry(sid), 0, -1) == [b"lasting"]
     taken = await pm.next_task(sid)
     assert taken is not None and taken.id == "lasting"
     assert raw.llen(queue) == 0
-    assert raw.smembers(pm.keys.session_tasks(sid)) == {b"lasting"}
+
+
+async def test_a_task_expired_in_its_session_is_none_before_anything_cleans_it(
+    engines: Engines, manager: Open, pm: PersistenceManager, sid: str, raw: redis.Redis
+) -> None:
+    await pm.save_task(task("lasting"), session_id=sid)  # keeps the session's task hash
+    async with manager(engines.redis_url, prefix=pm.keys.prefix, task_ttl=0.05) as short:
+        await short.save_task(task("brief"), session_id=sid)
+    await asyncio.sleep(0.1)
+    assert raw.hexists(pm.keys.tasks(sid), "brief")  # still in the hash: nothing trimmed yet
+    assert raw.exists(pm.keys.task_session("brief"))  # the lookup outlives the task
+    assert await pm.get_task("brief") is None
+
+
+async def test_a_task_id_another_session_no_longer_holds_can_be_reused(
+    pm: PersistenceManager, sid: str, raw: redis.Redis
+) -> None:
+    await pm.save_session({"session_id": "other", "goal": "g", "status": "planning"})
+    await pm.save_task(task("t1"), session_id="other")
+    raw.hdel(pm.keys.tasks("other"), "t1")  # as if the session had lost it
+    stored = await pm.save_task(task("t1"), session_id=sid)
+    assert stored.session_id == sid
+    assert raw.get(pm.keys.task_session("t1")) == sid.encode()
+    got = await pm.get_task("t1")
+    assert got is not None and got.session_id == sid

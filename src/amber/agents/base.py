@@ -1,56 +1,126 @@
-"""``BaseAgent``: an agent made of ordered subtasks, each ending in a storable deliverable."""
+"""``BaseAgent``: an agent made of durable steps; by default, ordered subtasks, each ending
+in a storable deliverable."""
 
 from __future__ import annotations
 
+import contextvars
+import hashlib
 import uuid
-from typing import Any, ClassVar
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import orjson
 
-from amber.agents.market import MarketDataClient, call_key
+from amber import observe
 from amber.checkpoints.model import Checkpoint
-from amber.errors import AmberError
-from amber.keys import check_id
+from amber.errors import AmberError, UnknownAgent
+from amber.keys import call_key, check_id, check_version
 from amber.memory.working import AgentMemory
+
+if TYPE_CHECKING:
+    from amber.runtime.reviews import Decision
+    from amber.runtime.steps import Retry
 
 AGENT_TYPES: dict[str, type[BaseAgent]] = {}
 """Every BaseAgent subclass with an ``agent_type``, registered when its class is defined."""
+
+current_agent: contextvars.ContextVar[BaseAgent | None] = contextvars.ContextVar(
+    "amber_current_agent", default=None
+)
+"""The agent whose steps run in this thread (set by the coordinator): ``@app.step``
+functions find it here."""
+
+
+class ApiClient(Protocol):
+    """An external API an agent calls through :meth:`BaseAgent.fetch`."""
+
+    def fetch(self, provider: str, endpoint: str, **params: Any) -> Any:
+        """One call; its response must be JSON-able."""
+        ...
+
+
+class StepRunner(Protocol):
+    """What runs an agent's steps durably (the coordinator)."""
+
+    def run_step(
+        self,
+        agent: BaseAgent,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retry: Retry | None,
+        at_most_once: bool,
+    ) -> Any:
+        """Return step ``key``'s recorded result, or run ``fn`` and record its result."""
+        ...
+
+    def wait_for_review(
+        self,
+        agent: BaseAgent,
+        kind: str,
+        payload: Any,
+        deadline: datetime | timedelta | float | None,
+        on_deadline: str,
+        key: str | None,
+    ) -> Decision:
+        """The review's decision, or pause the analysis until there is one."""
+        ...
 
 
 class BaseAgent:
     """Subclass, set ``agent_type``, ``version`` and ``subtasks``, implement ``run_subtask``.
 
-    ``run_subtask(name)`` returns the subtask's deliverable (JSON-able); the
-    coordinator stores it in ``interim_results[name]`` and checkpoints. Use
-    ``self.l1_cache`` for working memory and ``self.fetch`` for API calls, which
-    caches each response in working memory so a resumed agent never repeats one.
+    Each subtask is a durable step: ``run_subtask(name)`` returns the subtask's
+    deliverable (JSON-able), which is stored in ``interim_results[name]`` and
+    checkpointed; a resumed agent never runs a completed subtask again. Inside a
+    subtask, ``self.step(key, fn, ...)`` makes any call durable the same way. Use
+    ``self.l1_cache`` (also ``self.memory``) for working memory and ``self.fetch`` for
+    API calls, which caches each response in working memory.
     """
 
     agent_type: ClassVar[str] = ""
     version: ClassVar[str] = "1.0"
     subtasks: ClassVar[tuple[str, ...]] = ()
+    dynamic: ClassVar[bool] = False
+    """Steps are found as the code runs (a function agent), not declared in ``subtasks``."""
+    declared_steps: ClassVar[tuple[str, ...]] = ()
+    """For a dynamic agent, the steps it declares (part of its fingerprint)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.agent_type:
             check_id(cls.agent_type, "agent_type")
-            AGENT_TYPES[cls.agent_type] = cls
+            if not cls.dynamic:
+                AGENT_TYPES[cls.agent_type] = cls
+
+    @classmethod
+    def steps_declared(cls) -> list[str]:
+        """The steps this code declares: its subtasks (or a dynamic agent's declaration)."""
+        return list(cls.declared_steps if cls.dynamic else cls.subtasks)
+
+    @classmethod
+    def fingerprint(cls) -> str:
+        """A digest of the version and the declared steps: what a resume compares."""
+        doc = orjson.dumps({"version": cls.version, "steps": cls.steps_declared()})
+        return hashlib.sha256(doc).hexdigest()[:16]
 
     def __init__(
         self,
         analysis_id: str,
         stock_ticker: str,
         l1_cache: AgentMemory,
-        market: MarketDataClient | None = None,
+        market: ApiClient | None = None,
         config: dict[str, Any] | None = None,
     ) -> None:
-        if not self.subtasks:
+        if not self.subtasks and not self.dynamic:
             raise AmberError(f"{type(self).__name__} declares no subtasks")
         self.analysis_id = str(analysis_id)
         self.stock_ticker = stock_ticker
         self.l1_cache = l1_cache
         self.agent_id = l1_cache.agent_id
-        self.market = market or MarketDataClient()
+        self.market = market
         self.config: dict[str, Any] = dict(config or {})
         self.completed_subtasks: list[str] = []
         self.pending_subtasks: list[str] = list(self.subtasks)
@@ -64,6 +134,34 @@ class BaseAgent:
         """Keys in that checkpoint's working-memory snapshot."""
         self.runner = ""
         """The run this agent belongs to (``host:pid:token``); written into its checkpoints."""
+        self.step_functions: dict[str, str] = {}
+        """The function each completed step ran, by key (``module:qualname``)."""
+        self.run_status: str | None = None
+        """The analysis's status as of the last checkpoint (set by the checkpointer)."""
+        self.input: dict[str, Any] = {}
+        """What the analysis was submitted with."""
+        self.steps_runner: StepRunner | None = None
+        """Set by the coordinator that runs this agent; None: steps just call through."""
+
+    @property
+    def memory(self) -> AgentMemory:
+        """This agent's working memory (the same as ``l1_cache``)."""
+        return self.l1_cache
+
+    @classmethod
+    def entry(cls, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """How an analysis stores this agent: its registry name, a fresh id, version,
+        config and the fingerprint of its declared steps."""
+        check_id(cls.agent_type, "agent_type")
+        check_version(cls.version)
+        return {
+            "agent_type": cls.agent_type,
+            "agent_id": cls.new_agent_id(cls.agent_type),
+            "version": cls.version,
+            "config": dict(config or {}),
+            "steps": cls.steps_declared(),
+            "fingerprint": cls.fingerprint(),
+        }
 
     @staticmethod
     def new_agent_id(agent_type: str) -> str:
@@ -72,9 +170,17 @@ class BaseAgent:
 
     # -- DD-011's view of progress --------------------------------------------------------
     def calculate_progress(self) -> float:
-        """Percentage of subtasks completed."""
-        total = len(self.completed_subtasks) + len(self.pending_subtasks)
-        return 100.0 * len(self.completed_subtasks) / total if total else 100.0
+        """Percentage of declared subtasks completed (steps inside them do not count)."""
+        done = len(self.done_subtasks())
+        total = done + len(self.pending_subtasks)
+        return 100.0 * done / total if total else 100.0
+
+    def done_subtasks(self) -> list[str]:
+        """The declared subtasks completed, in order (a dynamic agent: every step)."""
+        if self.dynamic:
+            return list(self.completed_subtasks)
+        declared = set(self.subtasks)
+        return [s for s in self.completed_subtasks if s in declared]
 
     def next_subtask(self) -> str | None:
         """The subtask that runs next, or None when done."""
@@ -88,17 +194,26 @@ class BaseAgent:
         """Replace the deliverables (on restore)."""
         self.interim_results = dict(results)
 
-    def complete(self, subtask: str, deliverable: Any) -> None:
-        """Record a finished subtask and its deliverable."""
+    def complete(self, subtask: str, deliverable: Any) -> bool:
+        """Record a finished subtask (or step) and its result; whether it was pending."""
         self.interim_results[subtask] = deliverable
-        self.pending_subtasks.remove(subtask)
+        was_pending = subtask in self.pending_subtasks
+        if was_pending:
+            self.pending_subtasks.remove(subtask)
         self.completed_subtasks.append(subtask)
+        return was_pending
 
-    def uncomplete(self, subtask: str) -> None:
+    def uncomplete(self, subtask: str, was_pending: bool = True) -> None:
         """Undo :meth:`complete` (its checkpoint was not written): the subtask runs again."""
         self.interim_results.pop(subtask, None)
+        self.step_functions.pop(subtask, None)
         self.completed_subtasks.remove(subtask)
-        self.pending_subtasks.insert(0, subtask)
+        if was_pending:
+            self.pending_subtasks.insert(0, subtask)
+
+    def result(self) -> Any:
+        """The agent's outcome, kept after completion: its deliverables by subtask."""
+        return self.get_interim_results()
 
     def apply_checkpoint(self, cp: Checkpoint, head_seq: int | None = None) -> None:
         """Continue from ``cp``: completed subtasks are never run again.
@@ -113,11 +228,57 @@ class BaseAgent:
         self.retry_count = cp.retry_count
         self.config = dict(cp.agent_config)
         self.set_interim_results(cp.interim_results)
+        self.step_functions = dict(cp.step_functions)
 
     # -- work -----------------------------------------------------------------------------
     def run_subtask(self, name: str) -> Any:
         """Do one subtask and return its deliverable. Subclasses implement this."""
         raise NotImplementedError
+
+    def step(
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        at_most_once: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """``fn(*args, **kwargs)``, durable under ``key``: once its result is recorded, a
+        resumed agent gets the recorded result (as JSON gives it back) and ``fn`` is not
+        called again.
+
+        ``retry`` (an ``amber.Retry``) sets attempts and backoff. ``at_most_once`` marks a
+        call that touches the outside world: if a crash leaves it started but unrecorded,
+        it is re-run only when ``fn`` takes ``idempotency_key=`` (amber passes the same
+        key every time), otherwise held for a person (``amber steps in-doubt``). A key
+        recorded by another function raises ``StepMismatch``. Outside a run, it just
+        calls ``fn``.
+        """
+        if self.steps_runner is None:
+            return fn(*args, **kwargs)
+        with observe.span("amber.step", step=key, agent_type=self.agent_type):
+            return self.steps_runner.run_step(self, key, fn, args, kwargs, retry, at_most_once)
+
+    def wait_for_review(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        deadline: datetime | timedelta | float | None = None,
+        on_deadline: str = "reject",
+        key: str | None = None,
+    ) -> Decision:
+        """Pause the analysis until a person decides (``amber reviews approve|reject``),
+        then return the ``Decision``, exactly once: it is recorded as this step's result.
+
+        ``deadline`` (seconds, a ``timedelta`` or an aware ``datetime``) decides it as
+        ``on_deadline`` (``"approve"`` or ``"reject"``) when no one has by then. ``key``
+        (default ``review:<kind>``) names the step.
+        """
+        if self.steps_runner is None:
+            raise AmberError("wait_for_review needs a run: run the agent with amber")
+        return self.steps_runner.wait_for_review(self, kind, payload, deadline, on_deadline, key)
 
     def fetch(self, provider: str, endpoint: str, **params: Any) -> Any:
         """An API call whose response is cached in working memory: never made twice."""
@@ -125,6 +286,31 @@ class BaseAgent:
         cached = self.l1_cache.get(key)
         if cached is not None:
             return orjson.loads(cached)
+        if self.market is None:
+            raise AmberError(
+                "this agent has no API client: give the coordinator (or stack) market=...",
+                agent_id=self.agent_id,
+            )
         response = self.market.fetch(provider, endpoint, **params)
         self.l1_cache.set(key, orjson.dumps(response))
         return response
+
+
+class ClassRegistry:
+    """Every ``BaseAgent`` subclass with an ``agent_type``: the registry of a coordinator
+    used without an app."""
+
+    def resolve(self, name: str) -> type[BaseAgent]:
+        """The class registered as ``name``; ``UnknownAgent`` if none is (yet) defined."""
+        cls = AGENT_TYPES.get(name)
+        if cls is None:
+            raise UnknownAgent(
+                f"no agent class registers agent_type {name!r}: import the module that"
+                " defines it, or run with --app",
+                agent_type=name,
+            )
+        return cls
+
+    def names(self) -> list[str]:
+        """Every agent type defined so far."""
+        return sorted(AGENT_TYPES)

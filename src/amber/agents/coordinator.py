@@ -1,51 +1,74 @@
-"""``LeadCoordinator``: runs an analysis's agents subtask by subtask, checkpointing each.
+"""``LeadCoordinator``: runs an analysis's agents step by step, checkpointing each step.
 
-One process at a time runs an analysis: the runner lock (``Analyses.runner_lock``)
-is held for the run and dies with the process. Whoever holds it does every write
-of the analysis's checkpoints, a pause's included, so a pause never races the
-subtask it stops: a pause requested from elsewhere only flips the status, and the
-runner freezes its agents at the next subtask boundary.
+One run at a time runs an analysis: it holds the analysis's lease (``Analyses.runner_lock``
+or a worker's claim), renewed by its process's heartbeat, and every checkpoint it writes
+is fenced by that lease. Whoever holds it does every write of the analysis's checkpoints,
+a pause's included, so a pause never races the step it stops: a pause requested from
+elsewhere only flips the status, and the run freezes its agents at the next step.
+Agents of one analysis run concurrently (``agent_concurrency``), each one's steps in order.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import logging
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from amber.agents.base import AGENT_TYPES, BaseAgent
-from amber.agents.market import MarketDataClient
+from amber import observe
+from amber.agents.base import ApiClient, BaseAgent, ClassRegistry, current_agent
 from amber.checkpoints.analyses import Analyses, AnalysisRecord
+from amber.checkpoints.leases import Claim
 from amber.checkpoints.retention import Retention
 from amber.checkpoints.store import AgentCheckpointer, runner_id
 from amber.config import Settings
 from amber.errors import (
     AmberError,
     AnalysisStateError,
-    CheckpointConflict,
+    AwaitingReview,
     CheckpointNotFound,
-    ConsistencyError,
+    CodeChanged,
     MemoryLost,
     QuotaExceeded,
-    StoreUnavailable,
+    StepFailed,
+    StepInDoubt,
+    UnknownAgent,
 )
-from amber.keys import check_id, check_ticker, check_uuid, check_version
+from amber.keys import check_ticker, check_uuid
 from amber.memory.recovery import DualRecoveryStrategy, RecoveryReport
 from amber.memory.ttl import L1TTLManager
 from amber.memory.working import AgentMemory
+from amber.runtime.execute import STORAGE_ERRORS, RunControl, RunStopped, StepExecutor
+from amber.runtime.reviews import Reviews
+from amber.runtime.steps import Retry, StepIntents
+
+if TYPE_CHECKING:
+    import threading as _threading
 
 log = logging.getLogger("amber.coordinator")
 
-STORAGE_ERRORS = (StoreUnavailable, CheckpointConflict, ConsistencyError, AnalysisStateError)
-"""Errors that stop a run instead of counting as the subtask's failure."""
-
 LOSS_RECOVERIES = 5
 """Times one subtask may recover lost working memory and start again before giving up."""
+
+PAUSING = ("quota_exhausted", "step_in_doubt")
+"""Agent outcomes that pause the analysis, with that reason."""
+
+
+class Registry(Protocol):
+    """Where agent names stored with an analysis are resolved (an ``amber.App``)."""
+
+    def resolve(self, name: str) -> type[BaseAgent]:
+        """The agent class registered as ``name``; ``UnknownAgent`` if none."""
+        ...
+
+    def names(self) -> list[str]:
+        """Every registered name."""
+        ...
 
 
 @dataclass
@@ -55,7 +78,9 @@ class AgentResult:
     agent_type: str
     agent_id: str
     status: str
-    """``completed``, ``quota_exhausted``, ``failed``, or ``paused`` (from elsewhere)."""
+    """``completed``, ``failed``, ``quota_exhausted``, ``awaiting_review``,
+    ``step_in_doubt``; or, stopped before its next step: ``paused`` (from elsewhere),
+    ``stopped`` (another agent stopped the analysis), ``released`` (lease given up)."""
     completed: list[str]
     total: int
     retry_count: int
@@ -77,25 +102,6 @@ class Stop:
     details: dict[str, Any] | None = None
 
 
-def _resolve(entry: dict[str, Any]) -> type[BaseAgent]:
-    if entry["agent_type"] not in AGENT_TYPES:
-        module, _, _ = str(entry["cls"]).partition(":")
-        try:
-            importlib.import_module(module)
-        except Exception as exc:  # the user's module failed to import
-            raise AmberError(
-                f"agent module {module!r} could not be imported: {type(exc).__name__}: {exc}",
-                agent_type=entry["agent_type"],
-            ) from None
-    cls = AGENT_TYPES.get(entry["agent_type"])
-    if cls is None:
-        raise AmberError(
-            f"no agent class registers agent_type {entry['agent_type']!r}",
-            agent_type=entry["agent_type"],
-        )
-    return cls
-
-
 OnAgent = Callable[[BaseAgent], None]
 OnSubtask = Callable[[BaseAgent, str], None]
 
@@ -104,9 +110,9 @@ class LeadCoordinator:
     """Starts analyses, runs their agents, continues them from their checkpoints.
 
     ``market`` is shared by every agent it builds, so its ledger counts all calls.
-    ``subtask_starts`` counts every ``run_subtask`` call by (analysis, agent type,
-    subtask), and ``reexecuted`` counts starts of subtasks already checkpointed as
-    done: the duplicate-work probe, which must stay 0.
+    ``subtask_starts`` counts every step started by (analysis, agent type, step), and
+    ``reexecuted`` counts starts of subtasks already checkpointed as done: the
+    duplicate-work probe, which must stay 0.
     """
 
     def __init__(
@@ -119,7 +125,10 @@ class LeadCoordinator:
         memory: Callable[[str], AgentMemory],
         settings: Settings,
         release: Callable[[str], None] = lambda agent_id: None,
-        market: MarketDataClient | None = None,
+        market: ApiClient | None = None,
+        intents: StepIntents | None = None,
+        reviews: Reviews | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.analyses = analyses
         self.checkpointer = checkpointer
@@ -130,13 +139,17 @@ class LeadCoordinator:
         self.settings = settings
         self.release = release
         """Called with each agent id when a run ends (closes its write-ahead log)."""
-        self.market = market or MarketDataClient()
+        self.market = market
+        self.intents = intents or StepIntents(analyses.pg)
+        self.reviews = reviews or Reviews(analyses.pg)
+        self.registry: Registry = registry or ClassRegistry()
         self.subtask_starts: Counter[tuple[str, str, str]] = Counter()
         self.reexecuted = 0
         self.on_progress: OnAgent | None = None
-        """Called after every checkpointed subtask (progress bars)."""
+        """Called after every recorded step (progress bars)."""
         self.on_subtask_start: OnSubtask | None = None
         """Called with (agent, subtask) right before a subtask runs."""
+        self._lock = threading.Lock()
 
     def start_analysis(
         self,
@@ -145,130 +158,229 @@ class LeadCoordinator:
         config: dict[str, Any] | None = None,
         preserve: bool = False,
     ) -> str:
-        """Register a new analysis of ``stock_ticker`` by these agents; returns its id.
+        """Register (and queue) a new analysis of ``stock_ticker`` by these agents; its id.
 
+        The agents are stored by ``agent_type`` with the fingerprint of their subtasks.
         With ``preserve`` its checkpoints are kept after it completes.
         """
         stock_ticker = check_ticker(stock_ticker)
-        for c in agent_classes:
-            check_id(c.agent_type, "agent_type")
-            check_version(c.version)
+        agents = [c.entry(config) for c in agent_classes]
         analysis_id = str(uuid.uuid4())
-        agents = [
-            {
-                "agent_type": c.agent_type,
-                "agent_id": BaseAgent.new_agent_id(c.agent_type),
-                "cls": f"{c.__module__}:{c.__qualname__}",
-                "version": c.version,
-                "config": dict(config or {}),
-            }
-            for c in agent_classes
-        ]
         self.analyses.create(analysis_id, stock_ticker, agents, preserve)
         return analysis_id
 
-    def using(self, market: MarketDataClient | None = None) -> LeadCoordinator:
-        """A coordinator on the same collaborators with its own market client, counters
-        and hooks."""
+    def using(
+        self, market: ApiClient | None = None, registry: Registry | None = None
+    ) -> LeadCoordinator:
+        """A coordinator on the same collaborators with its own market client, registry,
+        counters and hooks."""
         twin = copy.copy(self)
-        twin.market = market or MarketDataClient()
+        twin.market = market
+        twin.registry = registry or self.registry
         twin.subtask_starts, twin.reexecuted = Counter(), 0
         twin.on_progress = twin.on_subtask_start = None
+        twin._lock = threading.Lock()
         return twin
 
     # -- building agents ----------------------------------------------------------------
     def prepare_agents(
-        self, record: AnalysisRecord, runner: str | None = None
+        self, record: AnalysisRecord, runner: str | None = None, code: bool = True
     ) -> tuple[list[BaseAgent], dict[str, RecoveryReport]]:
         """The analysis's agents, each with its working memory recovered (and guarded)
         and continued from the newest committed checkpoint.
 
-        Call it holding the analysis's runner lock.
+        Call it holding the analysis's lease (``runner`` is its owner). Raises
+        ``UnknownAgent`` for a name the registry lacks and ``CodeChanged`` when an
+        agent's declared steps differ from those the analysis started with; nothing is
+        changed then. With ``code=False`` (to freeze, not to run) an agent the registry
+        lacks is stood in for by its stored state alone.
         """
         runner = runner or runner_id()
+        classes = [self._class(e, code) for e in record.agents]
+        for entry, cls in zip(record.agents, classes, strict=True):
+            if code:
+                _check_code(record.analysis_id, entry, cls)
         agents: list[BaseAgent] = []
         reports: dict[str, RecoveryReport] = {}
-        for entry in record.agents:
-            cls = _resolve(entry)
+        heads = self.checkpointer.heads(record.analysis_id)
+        for entry, cls in zip(record.agents, classes, strict=True):
             memory = self.memory(entry["agent_id"])
             agent = cls(
                 record.analysis_id, record.stock_ticker, memory, self.market, entry.get("config")
             )
             agent.runner = runner
-            reports[agent.agent_type] = self._recover(agent)
+            agent.input = dict(record.input or {})
+            fresh = cls.agent_type not in heads  # never checkpointed: no snapshot anywhere
+            reports[agent.agent_type] = self._recover(agent, fresh)
+            if fresh:
+                agents.append(agent)
+                continue
             try:
                 restored = self.checkpointer.restore_checkpoint(
                     record.analysis_id, cls.agent_type, cls.version, agent.agent_id
                 )
                 agent.apply_checkpoint(restored.checkpoint, restored.head_seq)
+                if code:
+                    _check_subtasks(record.analysis_id, agent)
             except CheckpointNotFound:
                 pass
             agents.append(agent)
         return agents, reports
 
-    def _recover(self, agent: BaseAgent) -> RecoveryReport:
+    def _class(self, entry: dict[str, Any], code: bool) -> type[BaseAgent]:
+        try:
+            return self.registry.resolve(entry["agent_type"])
+        except UnknownAgent:
+            if code:
+                raise
+            name = entry["agent_type"]
+            attrs = {"agent_type": name, "version": entry.get("version", "1.0"), "dynamic": True}
+            return type(f"StandIn[{name}]", (BaseAgent,), attrs)
+
+    def _recover(self, agent: BaseAgent, fresh: bool = False) -> RecoveryReport:
         report = self.recovery.recover_agent_state(
-            agent.agent_id, agent.analysis_id, agent.agent_type
+            agent.agent_id, agent.analysis_id, agent.agent_type, fresh
         )
         agent.l1_cache.guard(report.epoch)
         return report
 
     # -- running ------------------------------------------------------------------------
-    def run(self, analysis_id: object) -> dict[str, AgentResult]:
-        """Run a ``running`` analysis's pending subtasks here; returns a result per agent type.
+    def run(
+        self, analysis_id: object, shutdown: _threading.Event | None = None
+    ) -> dict[str, AgentResult]:
+        """Run a ``running`` analysis's pending steps here; returns a result per agent type.
 
-        Holds the runner lock for the run (``AnalysisBusy`` if a live process holds it).
-        An agent that meets a quota pauses the analysis (``quota_exhausted``); a pause
-        asked for elsewhere is honoured at the next subtask boundary. When every agent
-        has completed, the analysis is completed and its checkpoints purged (unless
-        preserved).
+        Leases the analysis for the run (``AnalysisBusy`` if a live run holds it). An
+        agent that meets a quota pauses the analysis (``quota_exhausted``); one that
+        waits for a review pauses it (``awaiting_review``); a pause asked for elsewhere
+        is honoured at the next step. When every agent has completed, their results are
+        kept, the analysis is completed and its checkpoints purged (unless preserved).
         """
         aid = check_uuid(analysis_id)
-        with self.analyses.runner_lock(aid):
-            record = self.analyses.get(aid)
-            if record.status != "running":
-                raise AnalysisStateError(
-                    f"analysis is {record.status}; only a running analysis can be run",
-                    analysis_id=aid,
-                    status=record.status,
-                )
-            agents, _ = self.prepare_agents(record)
-            return self.run_prepared(aid, agents)
+        with self.analyses.runner_lock(aid) as claim:
+            return self.run_claimed(claim, shutdown)
 
-    def run_prepared(self, analysis_id: str, agents: list[BaseAgent]) -> dict[str, AgentResult]:
-        """Run agents built by :meth:`prepare_agents`, holding the runner lock."""
+    def run_claimed(
+        self, claim: Claim, shutdown: _threading.Event | None = None
+    ) -> dict[str, AgentResult]:
+        """Run an analysis whose lease ``claim`` holds (the caller releases it)."""
+        aid = claim.analysis_id
+        record = self.analyses.get(aid)
+        if record.status != "running":
+            raise AnalysisStateError(
+                f"analysis is {record.status}; only a running analysis can be run",
+                analysis_id=aid,
+                status=record.status,
+            )
+        detail = {"taken_over_from": claim.prior} if claim.taken_over else {}
+        self.analyses.event(
+            aid, "taken_over" if claim.taken_over else "claimed", claim.owner, **detail
+        )
+        if claim.taken_over:
+            observe.emit(observe.TAKEOVER)
+        agents, _ = self.prepare_agents(record, claim.owner)
+        return self.run_prepared(
+            aid, agents, RunControl(claim.owner, self.analyses.leases, shutdown, record.preserve)
+        )
+
+    def run_prepared(
+        self, analysis_id: str, agents: list[BaseAgent], control: RunControl | None = None
+    ) -> dict[str, AgentResult]:
+        """Run agents built by :meth:`prepare_agents`, holding the analysis's lease."""
+        if control is None:
+            owner = agents[0].runner if agents else runner_id()
+            control = RunControl(owner, self.analyses.leases)
+        executor = StepExecutor(
+            self.checkpointer,
+            self.intents,
+            self.reviews,
+            control,
+            Retry(attempts=self.settings.max_retries + 1),
+            self._progress,
+            self.subtask_starts,
+        )
         try:
-            return self._run_agents(analysis_id, agents)
+            for agent in agents:
+                agent.steps_runner = executor
+            return self._run_agents(analysis_id, agents, control)
         finally:
             for agent in agents:
+                agent.steps_runner = None
                 self.release(agent.agent_id)
 
-    def _run_agents(self, aid: str, agents: list[BaseAgent]) -> dict[str, AgentResult]:
-        results: dict[str, AgentResult] = {}
-        stops: dict[str, Stop] = {}
-        for agent in agents:
-            result, stop = self._run_agent(agent)
-            results[agent.agent_type] = result
-            if stop is not None:
-                stops[agent.agent_type] = stop
-            if result.status == "quota_exhausted":
-                self._pause_here(aid, "quota_exhausted", agent.agent_type)
+    def _progress(self, agent: BaseAgent) -> None:
+        if self.on_progress is not None:
+            self.on_progress(agent)
+
+    def _run_agents(
+        self, aid: str, agents: list[BaseAgent], control: RunControl
+    ) -> dict[str, AgentResult]:
+        outcomes = self._run_all(agents, control)
+        results = {a.agent_type: outcomes[a.agent_type][0] for a in agents}
+        stops = {t: stop for t, (_, stop) in outcomes.items() if stop is not None}
+        statuses = {r.status for r in results.values()}
+        if "failed" in statuses:
+            return self._failed(aid, agents, results)
+        for reason in PAUSING:
+            if reason in statuses:
+                agent_type = next(t for t, r in results.items() if r.status == reason)
+                self._pause_here(aid, reason, agent_type)
                 self.freeze(aid, agents, stops)
                 return results
-            if result.status == "paused":
-                self.freeze(aid, agents, stops)
-                return results
-            if result.status == "failed":
-                self.analyses.transition(aid, "failed", ("running",))
-                return results
+        if "awaiting_review" in statuses:
+            by = next(t for t, r in results.items() if r.status == "awaiting_review")
+            if not self.reviews.pause_for(aid, by):  # decided meanwhile: go on
+                control.stop.clear()
+                return self._run_agents(aid, agents, control)
+            self.freeze(aid, agents, stops)
+            return results
+        if statuses & {"paused", "stopped"}:
+            self.freeze(aid, agents, stops)
+            return results
+        if "released" in statuses:
+            self.analyses.event(aid, "released", control.owner)
+            return results  # still running: the next claimer continues it
+        rows = [
+            (a.agent_id, a.agent_type, "completed", a.result(), list(a.completed_subtasks))
+            for a in agents
+        ]
+        preserve = control.preserve
+        if preserve is None:
+            preserve = self.analyses.get(aid).preserve
         try:
-            self.analyses.transition(aid, "completed", ("running",))
+            self.analyses.finish(aid, "completed", rows, control.owner, purge=not preserve)
         except AnalysisStateError as exc:
             if exc.context.get("status") != "paused":
                 raise
-            self.freeze(aid, agents, stops)  # paused as the last subtask ended
+            self.freeze(aid, agents, stops)  # paused as the last step ended
             return results
-        self.retention.purge(aid)
+        if not preserve:
+            self.retention.drop_copies([a.agent_id for a in agents])
+        return results
+
+    def _run_all(
+        self, agents: list[BaseAgent], control: RunControl
+    ) -> dict[str, tuple[AgentResult, Stop | None]]:
+        width = min(self.settings.agent_concurrency, len(agents))
+        if width <= 1:
+            return {a.agent_type: self._run_agent(a, control) for a in agents}
+        with ThreadPoolExecutor(width, thread_name_prefix="amber-agent") as pool:
+            futures = {a.agent_type: pool.submit(self._run_agent, a, control) for a in agents}
+        errors = [f.exception() for f in futures.values() if f.exception() is not None]
+        if errors:
+            raise errors[0]  # type: ignore[misc]
+        return {t: f.result() for t, f in futures.items()}
+
+    def _failed(
+        self, aid: str, agents: list[BaseAgent], results: dict[str, AgentResult]
+    ) -> dict[str, AgentResult]:
+        rows = [
+            (a.agent_id, a.agent_type, "failed", {"error": r.error}, list(a.completed_subtasks))
+            for a in agents
+            if (r := results[a.agent_type]).status == "failed"
+        ]
+        errors = {t: r.error for t, r in results.items() if r.status == "failed"}
+        self.analyses.finish(aid, "failed", rows, None, errors=errors)
         return results
 
     def _pause_here(self, aid: str, reason: str, by: str) -> None:
@@ -280,27 +392,32 @@ class LeadCoordinator:
                 raise
             return
         self.analyses.record_pause(aid, reason, by)
+        self.analyses.event(aid, "paused", by, reason=reason)
+        observe.emit(observe.PAUSE, reason=reason)
 
-    def _run_agent(self, agent: BaseAgent) -> tuple[AgentResult, Stop | None]:
-        cp = self.checkpointer
-        retries_left = self.settings.max_retries
+    def _run_agent(self, agent: BaseAgent, control: RunControl) -> tuple[AgentResult, Stop | None]:
+        token = current_agent.set(agent)
+        try:
+            return self._steps(agent, control)
+        except BaseException:
+            control.stop.set()  # the others stop at their next step
+            raise
+        finally:
+            current_agent.reset(token)
+
+    def _steps(self, agent: BaseAgent, control: RunControl) -> tuple[AgentResult, Stop | None]:
         recoveries = 0
         while (name := agent.next_subtask()) is not None:
-            if self.analyses.get(agent.analysis_id).status != "running":
-                return self._result(agent, "paused"), None  # paused by someone else
-            if name in agent.completed_subtasks:
-                self.reexecuted += 1
-            self.subtask_starts[(agent.analysis_id, agent.agent_type, name)] += 1
-            if self.on_subtask_start is not None:
-                self.on_subtask_start(agent, name)
+            why = control.why_stop(agent)
+            if why is not None:
+                return self._result(agent, why), None
+            with self._lock:
+                if name in agent.completed_subtasks:
+                    self.reexecuted += 1
+                if self.on_subtask_start is not None:
+                    self.on_subtask_start(agent, name)
             try:
-                deliverable = agent.run_subtask(name)
-                agent.complete(name, deliverable)
-                try:
-                    cp.save_checkpoint(agent, name)
-                except BaseException:
-                    agent.uncomplete(name)  # not checkpointed: not done
-                    raise
+                agent.step(name, agent.run_subtask, name)
             except MemoryLost as exc:
                 recoveries += 1
                 if recoveries > LOSS_RECOVERIES:
@@ -310,38 +427,34 @@ class LeadCoordinator:
                 )
                 self._recover(agent)
                 continue
+            except RunStopped as exc:
+                return self._result(agent, str(exc.context.get("reason"))), None
             except QuotaExceeded as exc:
+                control.stop.set()
                 stop = Stop("quota_exhausted", str(exc), {"subtask": name, **_describe(exc)})
                 return self._result(agent, "quota_exhausted", str(exc)), stop
+            except (AwaitingReview, StepInDoubt) as exc:
+                control.stop.set()
+                status = "awaiting_review" if isinstance(exc, AwaitingReview) else "step_in_doubt"
+                stop = Stop(status, str(exc), {"subtask": name, **_describe(exc)})
+                return self._result(agent, status, str(exc)), stop
             except STORAGE_ERRORS:
                 raise  # the run stops; its checkpoints stay, and a resume continues it
-            except Exception as exc:
-                retries_left = self._retry(agent, name, exc, retries_left)
-                if retries_left < 0:
-                    return self._fail(agent, name, exc)
-                continue
+            except Exception as exc:  # a step out of attempts, a mismatch, a bad result
+                control.stop.set()
+                return self._fail(agent, name, exc)
             recoveries = 0
-            if self.on_progress is not None:
-                self.on_progress(agent)
-            retries_left = self.settings.max_retries
         return self._result(agent, "completed"), None
-
-    @staticmethod
-    def _retry(agent: BaseAgent, name: str, exc: BaseException, retries_left: int) -> int:
-        agent.retry_count += 1
-        log.warning(
-            "%s subtask %s failed (%s retries left): %s", agent.agent_id, name, retries_left, exc
-        )
-        return retries_left - 1
 
     def _fail(
         self, agent: BaseAgent, name: str, exc: BaseException
     ) -> tuple[AgentResult, Stop | None]:
-        self.checkpointer.save_checkpoint(
+        cause = exc.__cause__ if isinstance(exc, StepFailed) and exc.__cause__ else exc
+        self.checkpointer.save_checkpoint(  # the step's own error is what it records
             agent,
             None,
-            failure_reason=f"{type(exc).__name__}: {exc}",
-            error_details={"subtask": name, **_describe(exc)},
+            failure_reason=f"{type(cause).__name__}: {cause}",
+            error_details={"subtask": name, **_describe(cause)},
         )
         return self._result(agent, "failed", str(exc)), None
 
@@ -352,8 +465,8 @@ class LeadCoordinator:
         """Write every agent's pause checkpoint (with its L1 snapshot in PostgreSQL too),
         give its keys the paused TTL, and record them in the open pause.
 
-        Call it holding the runner lock. A memory found lost is recovered first, so an
-        empty memory is never stored over a good snapshot.
+        Call it holding the lease. A memory found lost is recovered first, so an empty
+        memory is never stored over a good snapshot.
         """
         stops = stops or {}
         states = []
@@ -394,16 +507,60 @@ class LeadCoordinator:
 
     @staticmethod
     def _result(agent: BaseAgent, status: str, error: str | None = None) -> AgentResult:
+        done = agent.done_subtasks()
         return AgentResult(
             agent.agent_type,
             agent.agent_id,
             status,
-            list(agent.completed_subtasks),
-            len(agent.subtasks),
+            done,
+            len(done) + len(agent.pending_subtasks) if agent.dynamic else len(agent.subtasks),
             agent.retry_count,
             agent.get_interim_results(),
             error,
         )
+
+
+def _check_code(analysis_id: str, entry: dict[str, Any], cls: type[BaseAgent]) -> None:
+    """Refuse to run code whose declared steps changed under the same version."""
+    stored = entry.get("fingerprint")
+    if stored is None or stored == cls.fingerprint() or entry.get("version") != cls.version:
+        return  # a new version: its checkpoint is migrated on restore (or refused there)
+    old, new = list(entry.get("steps") or []), cls.steps_declared()
+    raise CodeChanged(
+        f"{cls.agent_type} {cls.version} declares other steps than the analysis started"
+        f" with: {_difference(old, new)}. Bump {cls.agent_type}'s version and register a"
+        " checkpoint migration, or run the code the analysis started with",
+        analysis_id=analysis_id,
+        agent_type=cls.agent_type,
+    )
+
+
+def _check_subtasks(analysis_id: str, agent: BaseAgent) -> None:
+    """A restored subtask agent must know every subtask its checkpoint names, and vice
+    versa: a subtask added or removed without a version bump is never skipped silently."""
+    if agent.dynamic:
+        return
+    declared = list(agent.subtasks)
+    recorded = [s for s in agent.completed_subtasks if s in declared] + list(agent.pending_subtasks)
+    if sorted(set(recorded)) != sorted(declared):
+        raise CodeChanged(
+            f"{agent.agent_type} {agent.version} declares other subtasks than its checkpoint"
+            f" records: {_difference(recorded, declared)}. Bump its version and register a"
+            " checkpoint migration, or run the code the analysis started with",
+            analysis_id=analysis_id,
+            agent_type=agent.agent_type,
+        )
+
+
+def _difference(old: list[str], new: list[str]) -> str:
+    added = [s for s in new if s not in old]
+    removed = [s for s in old if s not in new]
+    parts = []
+    if added:
+        parts.append(f"added {', '.join(added)}")
+    if removed:
+        parts.append(f"removed {', '.join(removed)}")
+    return "; ".join(parts) or f"reordered (was {', '.join(old)}; now {', '.join(new)})"
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from amber import defaults
+from amber.checkpoints.leases import Claim, Leases, wait_for
 from amber.errors import AnalysisBusy, AnalysisNotFound, AnalysisStateError
 from amber.keys import check_uuid
 from amber.schema import sql
@@ -25,19 +27,27 @@ class AnalysisRecord:
     analysis_id: str
     stock_ticker: str
     agents: list[dict[str, Any]]
-    """Each: ``agent_type``, ``agent_id``, ``cls`` (module:qualname), ``version``, ``config``."""
+    """Each: ``agent_type`` (a registry name), ``agent_id``, ``version``, ``config``,
+    ``fingerprint`` (of its declared steps) and ``steps``."""
     status: str
     preserve: bool
     created_at: datetime
     updated_at: datetime
+    definition: str | None = None
+    """The application's analysis definition it was submitted as, if any."""
+    input: dict[str, Any] | None = None
+    """What it was submitted with (``ctx.input``)."""
+    lease_owner: str | None = None
+    """The run that last leased it (live or not: see ``Analyses.has_runner``)."""
 
 
 class Analyses:
-    """Reads and moves analyses between statuses, atomically; their pause records; and
-    the runner lock that lets one process at a time run an analysis."""
+    """Reads and moves analyses between statuses, atomically; their pause records, results
+    and timeline; and the leases that let one run at a time run an analysis."""
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, lease_seconds: float = defaults.LEASE_SECONDS) -> None:
         self.pg = pool
+        self.leases = Leases(pool, lease_seconds)
 
     def create(
         self,
@@ -45,10 +55,26 @@ class Analyses:
         stock_ticker: str,
         agents: list[dict[str, Any]],
         preserve: bool = False,
+        definition: str | None = None,
+        input: dict[str, Any] | None = None,
+        by: str = "amber",
     ) -> None:
-        """Insert a running analysis."""
-        with self.pg.connection() as conn:
-            conn.execute(sql.INSERT_ANALYSIS, (analysis_id, stock_ticker, Jsonb(agents), preserve))
+        """Insert a running, unleased analysis (queued for the first claimer), and its
+        ``submitted`` event, in one transaction."""
+        with self.pg.connection() as conn, conn.transaction():
+            conn.execute(
+                sql.INSERT_ANALYSIS,
+                (
+                    analysis_id,
+                    stock_ticker,
+                    Jsonb(agents),
+                    preserve,
+                    definition,
+                    Jsonb(input) if input is not None else None,
+                ),
+            )
+            detail = {"definition": definition} if definition else None
+            conn.execute(sql.ADD_EVENT, (analysis_id, "submitted", by, _jsonb(detail)))
 
     def get(self, analysis_id: object) -> AnalysisRecord:
         """One analysis; ``AnalysisNotFound`` if there is none."""
@@ -67,6 +93,25 @@ class Analyses:
             rows = conn.execute(sql.ANALYSES.format(where=where), params).fetchall()
         return [AnalysisRecord(str(r[0]), *r[1:]) for r in rows]
 
+    def ids_like(self, prefix: str, limit: int = 5) -> builtins.list[str]:
+        """Analysis ids that start with ``prefix``, at most ``limit``."""
+        return self._column(sql.ANALYSIS_IDS_LIKE, (sql.like_prefix(prefix), limit))
+
+    def agent_ids_like(self, prefix: str, limit: int = 5) -> builtins.list[str]:
+        """Ids of agents of any analysis that start with ``prefix``, at most ``limit``."""
+        return self._column(sql.AGENT_IDS_LIKE, (sql.like_prefix(prefix), limit))
+
+    def status_counts(self) -> dict[str, int]:
+        """How many analyses have each status (a status with none is absent)."""
+        with self.pg.connection() as conn:
+            return {str(s): int(n) for s, n in conn.execute(sql.STATUS_COUNTS).fetchall()}
+
+    def recent_failures(self, since: datetime, limit: int = 5) -> builtins.list[AnalysisRecord]:
+        """Analyses that failed at or after ``since``, newest first."""
+        with self.pg.connection() as conn:
+            rows = conn.execute(sql.RECENT_FAILURES, (since, limit)).fetchall()
+        return [AnalysisRecord(str(r[0]), *r[1:]) for r in rows]
+
     def transition(self, analysis_id: object, to: str, allowed_from: tuple[str, ...]) -> None:
         """Move to ``to`` if the status is one of ``allowed_from``.
 
@@ -79,43 +124,96 @@ class Analyses:
                 sql.TRANSITION, {"to": to, "analysis_id": aid, "allowed": list(allowed_from)}
             ).fetchone()
         if row is None:
-            current = self.get(aid).status
+            raise self._refused(aid, to)
+
+    def _refused(self, aid: str, to: str) -> AnalysisStateError:
+        """Why the analysis could not become ``to``: the status it has now."""
+        current = self.get(aid).status
+        return AnalysisStateError(
+            f"analysis is {current}; cannot become {to}", analysis_id=aid, status=current
+        )
+
+    def finish(
+        self,
+        analysis_id: str,
+        to: str,
+        results: builtins.list[tuple[str, str, str, Any, builtins.list[str]]],
+        by: str | None,
+        purge: bool = False,
+        **detail: Any,
+    ) -> None:
+        """End a running analysis in one transaction: ``to`` (completed or failed), each
+        agent's result (agent_id, agent_type, status, result, steps), the event, and with
+        ``purge`` its checkpoints deleted. ``AnalysisStateError`` (and nothing written)
+        if it is no longer running."""
+        params = {"to": to, "analysis_id": analysis_id, "allowed": ["running"]}
+        with self.pg.connection() as conn, conn.transaction() as tx:
+            with conn.pipeline():
+                moved = conn.execute(sql.TRANSITION, params)
+                if results:
+                    conn.cursor().executemany(
+                        sql.SAVE_RESULT,
+                        [(analysis_id, a, t, s, Jsonb(r), st) for a, t, s, r, st in results],
+                    )
+                conn.execute(sql.ADD_EVENT, (analysis_id, to, by, _jsonb(detail or None)))
+                if purge:
+                    conn.execute(sql.DELETE_CHECKPOINTS, (analysis_id,))
+            if moved.fetchone() is not None:
+                return
+            raise psycopg.Rollback(tx)  # nothing of it is written
+        raise self._refused(analysis_id, to)
+
+    @contextlib.contextmanager
+    def runner_lock(
+        self, analysis_id: object, wait: float = 0.0, owner: str | None = None
+    ) -> Iterator[Claim]:
+        """Be the only run of this analysis, for the block: lease it (``AnalysisBusy`` if a
+        live run holds it after ``wait`` seconds), renewed by this process's heartbeat,
+        released when the block ends. Yields the claim; its ``owner`` writes the run's
+        checkpoints. A process that dies frees its leases when PostgreSQL sees its
+        liveness connection close (a moment after the death: ``wait`` allows for it).
+        """
+        from amber.checkpoints.store import runner_id
+
+        aid = check_uuid(analysis_id)
+        me = owner or runner_id()
+        claim = wait_for(lambda: self.leases.claim(aid, me), wait)
+        if claim is None:
+            self.get(aid)  # AnalysisNotFound for an analysis that does not exist
+            raise AnalysisBusy("another process is running this analysis", analysis_id=aid)
+        try:
+            yield claim
+        finally:
+            self.leases.release(aid, me)
+
+    def has_runner(self, analysis_id: object) -> bool:
+        """Whether a live run holds the analysis's lease."""
+        return self.leases.holder(check_uuid(analysis_id)) is not None
+
+    def queued(self) -> int:
+        """How many running analyses no live run holds (queued for a worker)."""
+        with self.pg.connection() as conn:
+            row = conn.execute(sql.QUEUED_COUNT, {"space": sql.LIVENESS_SPACE}).fetchone()
+        return int(row[0]) if row else 0
+
+    def in_flight(self) -> int:
+        """How many running analyses a live run holds."""
+        with self.pg.connection() as conn:
+            row = conn.execute(sql.IN_FLIGHT_COUNT, {"space": sql.LIVENESS_SPACE}).fetchone()
+        return int(row[0]) if row else 0
+
+    def retry(self, analysis_id: object, by: str = "amber") -> None:
+        """Queue a failed analysis again: it continues from its last checkpoints."""
+        aid = check_uuid(analysis_id)
+        current = self.get(aid).status
+        if current != "failed":
             raise AnalysisStateError(
-                f"analysis is {current}; cannot become {to}",
+                f"analysis is {current}; only a failed analysis can be retried",
                 analysis_id=aid,
                 status=current,
             )
-
-    @contextlib.contextmanager
-    def runner_lock(self, analysis_id: object, wait: float = 0.0) -> Iterator[None]:
-        """Be the only process running (or pausing) this analysis, for the block.
-
-        A session advisory lock on a connection held for the block: released when the
-        block ends, or when the process dies and PostgreSQL sees its connection close
-        (a moment after the death: ``wait`` seconds are allowed for that). Another
-        process gets ``AnalysisBusy``.
-        """
-        aid = check_uuid(analysis_id)
-        deadline = time.monotonic() + wait
-        with self.pg.connection() as conn:
-            while True:
-                row = conn.execute(sql.TRY_RUNNER_LOCK, (sql.RUNNER_LOCK_SPACE, aid)).fetchone()
-                if row and row[0]:
-                    break
-                if time.monotonic() >= deadline:
-                    raise AnalysisBusy("another process is running this analysis", analysis_id=aid)
-                time.sleep(0.05)
-            try:
-                yield
-            finally:
-                conn.execute(sql.RUNNER_UNLOCK, (sql.RUNNER_LOCK_SPACE, aid))
-
-    def has_runner(self, analysis_id: object) -> bool:
-        """Whether a live process holds the analysis's runner lock."""
-        aid = check_uuid(analysis_id)
-        with self.pg.connection() as conn:
-            row = conn.execute(sql.RUNNER_HELD, (sql.RUNNER_LOCK_SPACE, aid)).fetchone()
-        return bool(row and row[0])
+        self.transition(aid, "running", ("failed",))
+        self.event(aid, "retried", by)
 
     def set_preserve(self, analysis_id: object, preserve: bool = True) -> None:
         """Exempt (or stop exempting) an analysis from retention."""
@@ -148,11 +246,8 @@ class Analyses:
 
     def open_pause(self, analysis_id: str) -> dict[str, Any] | None:
         """The pause not yet resumed: reason, paused_by, paused_at, frozen_at; or None."""
-        with self.pg.connection() as conn:
-            cur = conn.execute(sql.OPEN_PAUSE, (analysis_id,))
-            row = cur.fetchone()
-            names = [c.name for c in cur.description or []]
-        return dict(zip(names, row, strict=True)) if row else None
+        rows = self._rows(sql.OPEN_PAUSE, (analysis_id,))
+        return rows[0] if rows else None
 
     def close_pause(self, analysis_id: str, by: str, report: dict[str, Any]) -> None:
         """Mark the open pause resumed, with the recovery report."""
@@ -160,8 +255,54 @@ class Analyses:
             conn.execute(sql.RESUME_PAUSE, (by, Jsonb(report), analysis_id))
 
     def pauses(self, analysis_id: object) -> builtins.list[dict[str, Any]]:
-        """Every pause record of an analysis, oldest first."""
+        """Every pause record of an analysis, oldest first, with the recovery report
+        (``resume_report``: per agent, the tier its memory came back from) once resumed."""
+        return self._rows(sql.PAUSES, (check_uuid(analysis_id),))
+
+    # -- results and the timeline ----------------------------------------------------------
+    def save_result(
+        self,
+        analysis_id: str,
+        agent_id: str,
+        agent_type: str,
+        status: str,
+        result: Any,
+        steps: builtins.list[str],
+    ) -> None:
+        """Keep an agent's outcome (it outlives the analysis's checkpoints)."""
         with self.pg.connection() as conn:
-            cur = conn.execute(sql.PAUSES, (check_uuid(analysis_id),))
+            conn.execute(
+                sql.SAVE_RESULT,
+                (analysis_id, agent_id, agent_type, status, Jsonb(result), steps),
+            )
+
+    def results(self, analysis_id: object) -> builtins.list[dict[str, Any]]:
+        """Each finished agent's outcome: type, id, status, result, steps, finished_at."""
+        return self._rows(sql.RESULTS, (check_uuid(analysis_id),))
+
+    def event(self, analysis_id: str, kind: str, by: str | None = None, **detail: Any) -> None:
+        """Add to the analysis's timeline (submitted, claimed, paused, completed, ...)."""
+        with self.pg.connection() as conn:
+            conn.execute(sql.ADD_EVENT, (analysis_id, kind, by, _jsonb(detail or None)))
+
+    def timeline(self, analysis_id: object) -> builtins.list[dict[str, Any]]:
+        """The analysis's events, oldest first: at, kind, by, detail."""
+        return self._rows(sql.EVENTS, (check_uuid(analysis_id),))
+
+    def _column(self, query: str, params: tuple[Any, ...]) -> builtins.list[str]:
+        with self.pg.connection() as conn:
+            return [str(r[0]) for r in conn.execute(query, params).fetchall()]
+
+    def _rows(self, query: str, params: tuple[Any, ...]) -> builtins.list[dict[str, Any]]:
+        with self.pg.connection() as conn:
+            cur = conn.execute(query, params)
             names = [c.name for c in cur.description or []]
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def close(self) -> None:
+        """Stop the lease heartbeat and give up this process's liveness lock."""
+        self.leases.close()
+
+
+def _jsonb(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)

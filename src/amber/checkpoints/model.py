@@ -32,6 +32,8 @@ class Checkpoint:
     completed_subtasks: list[str] = field(default_factory=list)
     pending_subtasks: list[str] = field(default_factory=list)
     interim_results: dict[str, Any] = field(default_factory=dict)
+    step_functions: dict[str, str] = field(default_factory=dict)
+    """The function each completed step ran (``module:qualname``), by step key."""
     agent_config: dict[str, Any] = field(default_factory=dict)
     retry_count: int = 0
     failure_reason: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -47,10 +48,11 @@ class Retention:
         self.settings = settings
         self.analyses = analyses
 
-    def purge(self, analysis_id: object, archive: bool = False) -> int:
+    def purge(self, analysis_id: object, archive: bool = False, results: bool = False) -> int:
         """Delete (or with ``archive``, move) an analysis's checkpoints; returns how many.
 
-        A preserved analysis is left alone (returns 0).
+        Its agents' results (``analyses.results``) stay unless ``results`` is true. A
+        preserved analysis is left alone (returns 0).
         """
         aid = check_uuid(analysis_id)
         record = self.analyses.get(aid)
@@ -60,15 +62,28 @@ class Retention:
             if archive:
                 conn.execute(sql.ARCHIVE_CHECKPOINTS, (aid,))
             n = conn.execute(sql.DELETE_CHECKPOINTS, (aid,)).rowcount
-        keys = [self.keys.checkpoint(a["agent_id"]) for a in record.agents]
-        keys += [self.keys.l1_snapshot(a["agent_id"]) for a in record.agents]
-        keys += [self.keys.l1_snapshot_meta(a["agent_id"]) for a in record.agents]
-        if keys:
-            self.redis.delete(*keys)
+            if results:
+                conn.execute(sql.DELETE_RESULTS, (aid,))
+        self.drop_copies([a["agent_id"] for a in record.agents])
         return n
 
-    def gc(self, at: datetime | None = None, dry_run: bool = False) -> GcReport:
-        """One pass of the policy at time ``at`` (default now).
+    def drop_copies(self, agent_ids: list[str]) -> None:
+        """Delete the agents' Redis copies of checkpoints and snapshots (their checkpoints
+        are gone from PostgreSQL)."""
+        keys = [self.keys.checkpoint(a) for a in agent_ids]
+        keys += [self.keys.l1_snapshot(a) for a in agent_ids]
+        keys += [self.keys.l1_snapshot_meta(a) for a in agent_ids]
+        if keys:
+            self.redis.delete(*keys)
+
+    def gc(
+        self,
+        at: datetime | None = None,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> GcReport:
+        """One pass of the policy at time ``at`` (default now); ``progress(done, total)``
+        is called after each analysis it expires or purges.
 
         * paused longer than the paused TTL → ``expired`` (checkpoints then kept as failures);
         * failed or expired for longer than the failure retention → checkpoints deleted;
@@ -84,10 +99,13 @@ class Retention:
             doomed = conn.execute(
                 sql.DOOMED, (at - timedelta(seconds=s.failed_retention),)
             ).fetchall()
+        total = len(paused) + len(doomed)
         for (aid,) in paused:
             report.expired.append(str(aid))
             if not dry_run:
                 self.analyses.transition(aid, "expired", ("paused",))
+            if progress:
+                progress(len(report.expired), total)
         for (aid,) in doomed:
             if dry_run:
                 with self.pg.connection() as conn:
@@ -95,4 +113,6 @@ class Retention:
                 report.deleted[str(aid)] = int(row[0]) if row else 0
             else:
                 report.deleted[str(aid)] = self.purge(aid)
+            if progress:
+                progress(len(report.expired) + len(report.deleted), total)
         return report

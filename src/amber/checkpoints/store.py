@@ -25,7 +25,7 @@ import psycopg
 import redis
 from psycopg_pool import ConnectionPool
 
-from amber import codec
+from amber import codec, observe
 from amber.checkpoints.model import Checkpoint, decode_doc, now, seal, unseal
 from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
@@ -81,6 +81,10 @@ class Checkpointable(Protocol):
     checkpoint_l1_keys: int
     """Keys in that checkpoint's L1 snapshot."""
     runner: str
+    step_functions: dict[str, str]
+    """The function each completed step ran (``module:qualname``), by step key."""
+    run_status: str | None
+    """The analysis's status as the last checkpoint's commit saw it (set by the save)."""
 
     @property
     def agent_type(self) -> str: ...
@@ -142,7 +146,10 @@ class AgentCheckpointer:
         self.journal = journal
         self.backup_ttl_ms = settings.checkpoint_backup_ttl * 1000
         self._cache_sha = client.register_script(scripts.CACHE).sha
+        self.mode = settings.durability.value
+        """The durability mode, as metrics label checkpoint latencies."""
 
+    @observe.traced("amber.checkpoint.save")
     def save_checkpoint(
         self,
         agent: Checkpointable,
@@ -160,8 +167,15 @@ class AgentCheckpointer:
         a stored one. ``dual_write`` (default: per durability mode) puts the L1 snapshot
         in PostgreSQL too. Acknowledged when PostgreSQL has committed.
         """
+        t0 = time.perf_counter()
         written = set(agent.l1_cache.written)
-        snap = self.snapshotter.take(agent.agent_id, hint=written)
+        # the snapshot stays this store's own (never handed out), so the next save may
+        # take over its maps: see L1CacheSnapshotter.advance
+        stored = self.snapshotter.stored(agent.agent_id)
+        snap = self._unchanged(agent, written, stored)
+        private = snap is None or (stored is not None and stored.private)
+        if snap is None:
+            snap = self.snapshotter.advance(agent.agent_id, hint=written)
         self._check_memory(agent, snap)
         cp = Checkpoint(
             checkpoint_id=str(uuid.uuid4()),
@@ -176,6 +190,7 @@ class AgentCheckpointer:
             completed_subtasks=list(agent.completed_subtasks),
             pending_subtasks=list(agent.pending_subtasks),
             interim_results=agent.get_interim_results(),
+            step_functions=dict(agent.step_functions),
             agent_config=dict(agent.config),
             retry_count=agent.retry_count,
             failure_reason=failure_reason,
@@ -190,7 +205,6 @@ class AgentCheckpointer:
         )
         raw = cp.encode()
         dual = self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
-        stored = self.snapshotter.stored(agent.agent_id)
         l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
         meta = self.snapshotter.meta(snap, cp.checkpoint_id)
         backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq, self.backup_ttl_ms)
@@ -199,19 +213,37 @@ class AgentCheckpointer:
         # copy of a checkpoint that then fails to commit is never used.
         pending = self._send_cache(snap, meta, backup)
         try:
-            self._commit(cp, raw, snap, l1)
+            agent.run_status = self._commit(cp, raw, snap, l1)
         except BaseException:
             if pending is not None:
                 self._drain(pending)
             raise
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
-        self.snapshotter.remember(snap, cp.seq if l1 else None, l1.chain if l1 else 0)
+        self.snapshotter.remember(
+            snap, cp.seq if l1 else None, l1.chain if l1 else 0, private=private
+        )
         agent.l1_cache.written -= written
         if dual and self.journal is not None:
             self._compact_log(cp)
         self._cache(cp, raw, snap, meta, pending)
+        observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
         return cp
+
+    def _unchanged(
+        self, agent: Checkpointable, written: set[str], stored: Stored | None
+    ) -> Snapshot | None:
+        """The stored snapshot as this save's, with no read, when the memory provably has
+        not changed: this process stored it, of the incarnation the agent is guarded on,
+        the agent wrote nothing since, and no key has a TTL of its own (whose expiry
+        would be a change). Another writer is excluded by the lease; a memory Redis lost
+        meanwhile is found by the agent's next guarded read or write."""
+        mem = agent.l1_cache
+        if written or not mem.guarded:
+            return None
+        if stored is None or stored.snap.owned or stored.snap.epoch != mem.epoch:
+            return None
+        return stored.snap.unchanged()
 
     @staticmethod
     def _l1_row(snap: Snapshot, stored: Stored | None, base_row: int) -> L1Row:
@@ -248,8 +280,9 @@ class AgentCheckpointer:
                 analysis_id=agent.analysis_id,
             )
 
-    def _commit(self, cp: Checkpoint, raw: bytes, snap: Snapshot, l1: L1Row | None) -> None:
-        """The PostgreSQL write: a compare-and-set insert of checkpoint ``cp.seq``."""
+    def _commit(self, cp: Checkpoint, raw: bytes, snap: Snapshot, l1: L1Row | None) -> str | None:
+        """The PostgreSQL write: a compare-and-set insert of checkpoint ``cp.seq``, fenced
+        by the analysis's lease; returns the analysis's status (None: no such row)."""
         params = {
             "checkpoint_id": cp.checkpoint_id,
             "seq": cp.seq,
@@ -288,12 +321,14 @@ class AgentCheckpointer:
             ) from None
         if row is None:
             raise CheckpointConflict(
-                f"checkpoint {cp.seq} or a newer one already exists: this writer continued"
-                f" from checkpoint {cp.seq - 1} and would replace newer work",
+                f"checkpoint {cp.seq} or a newer one already exists, or another run holds the"
+                f" analysis's lease: this writer continued from checkpoint {cp.seq - 1} and"
+                " would replace newer work",
                 analysis_id=cp.analysis_id,
                 agent_type=cp.agent_type,
                 seq=cp.seq,
             )
+        return None if row[1] is None else str(row[1])
 
     def _send_cache(
         self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed
@@ -366,6 +401,13 @@ class AgentCheckpointer:
                 agent_id=cp.agent_id,
             ) from None
 
+    def heads(self, analysis_id: object) -> dict[str, int]:
+        """Each agent type's newest checkpoint sequence in the analysis (absent: none)."""
+        with self.pg.connection() as conn:
+            rows = conn.execute(sql.HEADS, (check_uuid(analysis_id),)).fetchall()
+        return {str(t): int(seq) for t, seq in rows}
+
+    @observe.traced("amber.checkpoint.restore")
     def restore_checkpoint(
         self,
         analysis_id: object,
@@ -412,6 +454,7 @@ class AgentCheckpointer:
         migrated: list[str] = []
         if version is not None:
             doc, migrated = self.migrations.upgrade(doc, version)
+        observe.emit(observe.CHECKPOINT_RESTORE, time.perf_counter() - t0, mode=self.mode)
         return RestoredCheckpoint(
             Checkpoint.from_doc(doc), source, elapsed_ms(t0), skipped, migrated, int(head)
         )
@@ -500,6 +543,12 @@ class AgentCheckpointer:
         except codec.CodecError as exc:
             raise CheckpointCorrupt(f"snapshot {exc}", checkpoint_id=cid) from None
 
+    def ids_like(self, prefix: str, limit: int = 5) -> list[str]:
+        """Checkpoint ids that start with ``prefix``, at most ``limit``."""
+        with self.pg.connection() as conn:
+            rows = conn.execute(sql.CHECKPOINT_IDS_LIKE, (sql.like_prefix(prefix), limit))
+            return [str(r[0]) for r in rows.fetchall()]
+
     def summaries(
         self, analysis_id: object | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
@@ -511,6 +560,17 @@ class AgentCheckpointer:
             cur = conn.execute(sql.CHECKPOINT_SUMMARIES.format(where=where), (*params, limit))
             names = [c.name for c in cur.description or []]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def latest(self, analysis_id: object) -> dict[str, dict[str, Any]]:
+        """Each agent type's newest checkpoint of an analysis, by agent type: the summary
+        row of ``summaries`` plus ``steps``, the subtasks it had done. One statement, so
+        it is never half before and half after a change."""
+        aid = check_uuid(analysis_id)
+        with self.pg.connection() as conn:
+            cur = conn.execute(sql.LATEST_CHECKPOINTS, (aid,))
+            names = [c.name for c in cur.description or []]
+            rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        return {str(r["agent_type"]): r for r in rows}
 
     def extend_backup_ttl(self, agent_id: str, seconds: int) -> None:
         """Set the Redis backup's TTL (a pause keeps it as long as the pause may last)."""

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from amber.cli import analyses, checkpoints, demo, engines, memory, sessions, wal
+from amber.cli import (
+    analyses,
+    checkpoints,
+    demo,
+    engines,
+    memory,
+    runtime,
+    serve,
+    sessions,
+    wal,
+)
 from amber.cli.app import app
 
 __all__ = [
@@ -13,6 +23,8 @@ __all__ = [
     "engines",
     "main",
     "memory",
+    "runtime",
+    "serve",
     "sessions",
     "wal",
 ]

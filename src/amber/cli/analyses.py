@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
-from rich.table import Table
 
 from amber import defaults
+from amber.cli import ids
 from amber.cli.app import OPTIONS, app, console, err_console, friendly
+from amber.cli.ids import uuid_prefix
+from amber.cli.output import Col, JsonFlag, print_json, table
+from amber.cli.runtime import AppOption, load, retry, show
 from amber.errors import InvalidValue
-from amber.keys import check_reason, check_uuid
+from amber.keys import check_reason
 from amber.schema.sql import STATUSES
 
 if TYPE_CHECKING:
     from amber.agents.base import BaseAgent
+    from amber.checkpoints.analyses import AnalysisRecord
+    from amber.engines.stack import Stack
 
 analyses_app = typer.Typer(help="Inspect analyses.", no_args_is_help=True)
 app.add_typer(analyses_app, name="analyses")
+analyses_app.command("show")(show)
+analyses_app.command("retry")(retry)
 
 
 @analyses_app.command("list")
@@ -28,6 +35,7 @@ def list_analyses(
         str | None, typer.Option(help=f"Only this status: {', '.join(STATUSES)}.")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 50,
+    as_json: JsonFlag = False,
 ) -> None:
     """Analyses, newest first, with each agent's progress ("3 of 5 subtasks")."""
     if status is not None and status not in STATUSES:
@@ -35,28 +43,83 @@ def list_analyses(
             f"status must be one of {', '.join(STATUSES)}", field="status", value=status
         )
     with OPTIONS.stack() as stack:
-        records = stack.analyses.list(status, limit)
-        table = Table("analysis", "ticker", "status", "agents", "updated")
-        for rec in records:
-            latest: dict[str, dict[str, object]] = {}
-            for row in stack.checkpointer.summaries(rec.analysis_id, limit=1000):
-                latest.setdefault(str(row["agent_type"]), row)  # newest first
-            progress = []
-            for entry in rec.agents:
-                mine = latest.get(entry["agent_type"])
-                done = f"{mine['done']} of {mine['total']}" if mine else "not started"
-                progress.append(f"{entry['agent_type']}: {done}")
-            status = rec.status
-            if status == "running" and not stack.analyses.has_runner(rec.analysis_id):
-                status = "running (no runner: amber resume takes it over)"
-            table.add_row(
-                rec.analysis_id,
-                rec.stock_ticker,
-                status,
+        docs = [_listed(stack, rec) for rec in stack.analyses.list(status, limit)]
+    if as_json:
+        print_json(docs)
+        return
+    rows = []
+    for d in docs:
+        progress = [f"{a['agent_type']}: {_progress_text(a)}" for a in d["agents"]]
+        shown = d["status"]
+        if d["queued"]:
+            shown = "running (no live run: a worker or amber resume takes it)"
+        rows.append(
+            [
+                d["analysis_id"],
+                d["ticker"],
+                shown,
                 "\n".join(progress),
-                rec.updated_at.strftime("%Y-%m-%d %H:%M"),
-            )
-    console.print(table)
+                d["updated_at"].strftime("%Y-%m-%d %H:%M"),
+            ]
+        )
+    table(
+        [
+            Col("analysis", "id"),
+            Col("ticker"),
+            Col("status", "text"),
+            Col("agents", "text"),
+            Col("updated"),
+        ],
+        rows,
+    )
+
+
+def _listed(stack: Stack, rec: AnalysisRecord) -> dict[str, Any]:
+    """One analysis as ``amber analyses list --json`` prints it."""
+    latest = stack.checkpointer.latest(rec.analysis_id)  # before results: see describe
+    kept = {r["agent_id"]: r for r in stack.analyses.results(rec.analysis_id)}
+    agents = []
+    for entry in rec.agents:
+        mine, result = latest.get(entry["agent_type"]), kept.get(entry["agent_id"])
+        doc: dict[str, Any] = {
+            "agent_type": entry["agent_type"],
+            "agent_id": entry["agent_id"],
+            "status": "not started",
+            "done": None,
+            "total": None,
+            "steps": None,
+        }
+        if result is not None:  # finished: its checkpoints may be purged
+            doc.update(status=result["status"], steps=_steps(result["steps"]))
+        elif mine is not None:
+            doc.update(status="in progress", done=mine["done"], total=mine["total"])
+        agents.append(doc)
+    queued = rec.status == "running" and not stack.analyses.has_runner(rec.analysis_id)
+    return {
+        "analysis_id": rec.analysis_id,
+        "ticker": rec.stock_ticker,
+        "definition": rec.definition,
+        "status": rec.status,
+        "queued": queued,
+        "agents": agents,
+        "created_at": rec.created_at,
+        "updated_at": rec.updated_at,
+    }
+
+
+def _progress_text(agent: dict[str, Any]) -> str:
+    if agent["steps"] is not None:
+        n = agent["steps"]
+        return f"{agent['status']}, {n} step{'s' if n != 1 else ''}"
+    if agent["done"] is not None:
+        return f"{agent['done']} of {agent['total']}"
+    return str(agent["status"])
+
+
+def _steps(steps: list[str]) -> int:
+    from amber.runtime.app import RESULT_KEY
+
+    return len([s for s in steps if s != RESULT_KEY])
 
 
 @app.command()
@@ -68,11 +131,12 @@ def pause(
 ) -> None:
     """Pause an analysis: its runner (or this command, if none is alive) snapshots every
     agent to Redis and PostgreSQL, with 14-day TTLs and a durable pause record."""
-    analysis_id = check_uuid(analysis_id)
+    uuid_prefix(analysis_id, "analysis_id")
     check_reason(reason, "reason")
     check_reason(by, "by")
     with OPTIONS.stack() as stack:
-        report = stack.pause_manager.pause(analysis_id, reason, by)
+        aid = ids.analysis_id(stack, analysis_id)
+        report = stack.pause_manager.pause(aid, reason, by)
     console.print(report.message)
     for a in report.agents:
         console.print(
@@ -86,20 +150,26 @@ def pause(
 def resume(
     analysis_id: str,
     by: Annotated[str, typer.Option(help="Who resumes.")] = "cli",
+    app_target: AppOption = None,
 ) -> None:
-    """Resume a paused analysis, or take over a running one whose runner died: recover
-    each agent's memory, then continue its work here."""
-    analysis_id = check_uuid(analysis_id)
+    """Resume a paused analysis, or take over a running one no live run holds (a dead
+    runner's, or a queued one): recover each agent's memory, then continue here."""
+    from amber.pause import PauseManager
+
+    uuid_prefix(analysis_id, "analysis_id")
     check_reason(by, "by")
+    application = load(app_target)
     with OPTIONS.stack() as stack:
-        coordinator = stack.coordinator
+        analysis_id = ids.analysis_id(stack, analysis_id)
+        coordinator = stack.coordinator.using(registry=application)
         record = stack.analyses.get(analysis_id)
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("subtasks"),
-            console=console,
+            console=err_console,  # progress is no output: stdout keeps the report alone
+            disable=not err_console.is_terminal,
         )
         tasks: dict[str, TaskID] = {}
 
@@ -108,15 +178,12 @@ def resume(
                 bar.start()
                 for entry in record.agents:
                     tasks[entry["agent_id"]] = bar.add_task(entry["agent_type"], total=None)
-            bar.update(
-                tasks[agent.agent_id],
-                completed=len(agent.completed_subtasks),
-                total=len(agent.subtasks),
-            )
+            done, total = _progress(agent)
+            bar.update(tasks[agent.agent_id], completed=done, total=total)
 
         coordinator.on_progress = tick
         try:
-            report = stack.pause_manager.resume(analysis_id, by)
+            report = PauseManager(stack.analyses, coordinator).resume(analysis_id, by)
         finally:
             if bar.live.is_started:
                 bar.stop()
@@ -133,3 +200,14 @@ def resume(
         )
     if report.paused_again:
         console.print(f"paused again: {report.paused_again.reason}")
+
+
+def _progress(agent: BaseAgent) -> tuple[int, int | None]:
+    """(steps done, steps in all) for the progress bar: a subtask agent counts its declared
+    subtasks (not the steps inside them); a function agent finds its steps as it runs, so
+    its total is unknown until it returns."""
+    if agent.dynamic:
+        done = len(agent.completed_subtasks)
+        return done, None if agent.pending_subtasks else done
+    declared = set(agent.subtasks)
+    return sum(1 for s in agent.completed_subtasks if s in declared), len(agent.subtasks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -101,6 +102,9 @@ def _shared(
     OPTIONS.database_url = database_url
     OPTIONS.data_dir = data_dir
     OPTIONS.prefix = prefix
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:  # as the environment says now
+        console.width = err_console.width = int(columns)
 
 
 P = ParamSpec("P")

@@ -6,19 +6,19 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
 from rich import box
 from rich.table import Table
 
 from amber.cli.app import OPTIONS, app, console, friendly
+from amber.cli.output import print_json, progress
 
 if TYPE_CHECKING:
     from amber.engines.stack import Stack
 
 
 @contextlib.contextmanager
-def _demo_stack(keep: bool) -> Iterator[tuple[Stack, Any]]:
+def _demo_stack(stop: bool) -> Iterator[tuple[Stack, Any]]:
     from amber.config import load_settings
     from amber.engines.embedded import EmbeddedRedis, stop_embedded
     from amber.engines.stack import connect
@@ -30,12 +30,13 @@ def _demo_stack(keep: bool) -> Iterator[tuple[Stack, Any]]:
         prefix=OPTIONS.prefix,
     )
     embedded_redis = not cfg.redis_url
-    data_dir = cfg.data_dir / "demo"
+    data_dir = cfg.data_dir  # the data directory's own servers: amber serve shows the run
     stack = connect(
         cfg.redis_url,
         cfg.database_url,
         data_dir,
         f"{cfg.prefix}-demo" if not embedded_redis else cfg.prefix,
+        agent_concurrency=1,  # the analysts one after another: the same story every run
     )
 
     def lose_redis() -> str:
@@ -58,7 +59,7 @@ def _demo_stack(keep: bool) -> Iterator[tuple[Stack, Any]]:
         yield stack, lose_redis
     finally:
         stack.close()
-        if not keep and (embedded_redis or not cfg.database_url):
+        if stop and (embedded_redis or not cfg.database_url):
             stop_embedded(data_dir)
 
 
@@ -66,16 +67,27 @@ def _demo_stack(keep: bool) -> Iterator[tuple[Stack, Any]]:
 @friendly
 def demo(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON only.")] = False,
-    keep: Annotated[bool, typer.Option("--keep", help="Leave the demo's engines running.")] = False,
+    stop: Annotated[
+        bool, typer.Option("--stop", help="Stop the embedded servers at the end (amber down).")
+    ] = False,
 ) -> None:
-    """Pause an AAPL analysis twice for days (L1 expiry, then Redis lost) and resume it."""
+    """Pause an AAPL analysis twice for days (L1 expiry, then Redis lost) and resume it.
+
+    It runs on the data directory's servers and leaves them running: ``amber serve``
+    then shows the analysis, its pauses and its recoveries."""
     from amber.demo import run_demo
 
-    say = (lambda _: None) if as_json else (lambda line: console.print(line, highlight=False))
-    with _demo_stack(keep) as (stack, lose_redis):
+    with _demo_stack(stop) as (stack, lose_redis), progress(as_json) as bar:
+        stage = bar.add_task("the demo", total=None)
+
+        def say(line: str) -> None:
+            if not as_json:
+                console.print(line, highlight=False)
+            bar.update(stage, description=line.split(" - ")[0][:40], advance=1)
+
         report = run_demo(stack, lose_redis, say)
     if as_json:
-        print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        print_json(report)
         return
     for resume in report["resumes"]:
         table = Table(title=f"resume {resume['scenario']}", box=box.SIMPLE)

@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from rich.table import Table
 
 from amber import defaults
 from amber.cli.app import OPTIONS, app, console, friendly
+from amber.cli.output import Col, JsonFlag, print_json, table
 from amber.errors import SessionNotFoundError
 
 if TYPE_CHECKING:
@@ -44,19 +44,31 @@ def _with_manager(work: Callable[[PersistenceManager], Awaitable[T]]) -> T:
 
 @sessions_app.command("list")
 @friendly
-def list_sessions(limit: Limit = 100) -> None:
+def list_sessions(limit: Limit = 100, as_json: JsonFlag = False) -> None:
     """List live sessions, most recently saved first."""
     sessions = _with_manager(lambda pm: pm.list_sessions(limit))
-    table = Table("session_id", "status", "version", "planned tasks", "goal")
-    for s in sessions:
-        table.add_row(s.session_id, s.status, str(s.version), str(len(s.task_queue)), s.goal)
-    console.print(table)
+    if as_json:
+        print_json([s.model_dump(mode="json") for s in sessions])
+        return
+    table(
+        [
+            Col("session_id", "id"),
+            Col("status"),
+            Col("version"),
+            Col("planned tasks"),
+            Col("goal", "text"),
+        ],
+        [
+            [s.session_id, s.status, str(s.version), str(len(s.task_queue)), s.goal]
+            for s in sessions
+        ],
+    )
     console.print(f"{len(sessions)} session(s)")
 
 
 @sessions_app.command("show")
 @friendly
-def show_session(session_id: str) -> None:
+def show_session(session_id: str, as_json: JsonFlag = False) -> None:
     """Show one session and the tasks still queued in it."""
     from amber.persistence import Session, Task
 
@@ -67,22 +79,41 @@ def show_session(session_id: str) -> None:
         return session, await pm.list_tasks(session_id)
 
     session, tasks = _with_manager(load)
-    console.print_json(data=session.model_dump())
-    table = Table("task id", "type", "mcp_tool", "timeout", "parameters")
+    if as_json:
+        doc = session.model_dump(mode="json")
+        print_json({"session": doc, "tasks": [t.model_dump(mode="json") for t in tasks]})
+        return
+    console.print_json(data=session.model_dump(mode="json"))
+    rows = []
     for t in tasks:
         timeout = "" if t.timeout is None else f"{t.timeout:g}s"
-        table.add_row(t.id, t.type, t.mcp_tool or "", timeout, str(t.parameters))
-    console.print(table)
+        rows.append([t.id, t.type, t.mcp_tool or "", timeout, str(t.parameters)])
+    table(
+        [
+            Col("task id", "id"),
+            Col("type"),
+            Col("mcp_tool"),
+            Col("timeout"),
+            Col("parameters", "text"),
+        ],
+        rows,
+    )
     console.print(f"{len(tasks)} queued task(s)")
 
 
 @reviews_app.command("list")
 @friendly
-def list_reviews(limit: Limit = 100) -> None:
-    """List pending reviews, soonest to expire first."""
+def list_reviews(limit: Limit = 100, as_json: JsonFlag = False) -> None:
+    """List the persistence module's pending reviews, soonest to expire first."""
     reviews = _with_manager(lambda pm: pm.list_reviews(limit))
-    table = Table("review_id", "task_id", "confidence", "expires_at")
-    for r in reviews:
-        table.add_row(r.review_id, r.task_id, f"{r.confidence:.2f}", r.expires_at.isoformat())
-    console.print(table)
+    if as_json:
+        print_json([r.model_dump(mode="json") for r in reviews])
+        return
+    table(
+        [Col("review_id", "id"), Col("task_id", "id"), Col("confidence"), Col("expires_at")],
+        [
+            [r.review_id, r.task_id, f"{r.confidence:.2f}", r.expires_at.isoformat()]
+            for r in reviews
+        ],
+    )
     console.print(f"{len(reviews)} pending review(s)")

@@ -58,11 +58,13 @@ def _redis_client(
         "socket_timeout": command_timeout,
         "retry": Retry(NoBackoff(), 0),
     }
+    pooled = {"max_connections": defaults.REDIS_MAX_CONNECTIONS}
     client: RetryingRedis | RetryingCluster
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "single":
         client = cast(
-            RetryingRedis, RetryingRedis.from_url(url, health_check_interval=30, **common)
+            RetryingRedis,
+            RetryingRedis.from_url(url, health_check_interval=30, **pooled, **common),
         )
     elif target.kind == "cluster":
         nodes = [ClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
@@ -73,9 +75,11 @@ def _redis_client(
             sentinel_kwargs={"socket_connect_timeout": timeout, "socket_timeout": timeout},
             ssl=target.tls,
         )
-        client = sentinel.master_for(  # type: ignore[no-untyped-call]
-            target.service, redis_class=RetryingRedis, db=target.db, **auth, **common
+        primary: RetryingRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
+            target.service, redis_class=RetryingRedis, db=target.db, **auth, **pooled, **common
         )
+        primary.sentinels = list(sentinel.sentinels)
+        client = primary
     client.policy = policy or Policy(0)
     # amber calls only what both clients offer, and keeps every MULTI/EXEC in one slot
     return cast(redis.Redis, client)
@@ -237,9 +241,13 @@ def open_pg(
     """A psycopg pool for ``url`` with one connection made, else ``StoreUnavailable``.
 
     A server that is not there fails within ``timeout``; one that is there has
-    libpq's ``connect_timeout`` (at least 2 s) to finish its startup. A caller
-    waits at most that long for a pooled connection. ``command_timeout`` bounds
-    opening the pool once the server has answered.
+    libpq's ``connect_timeout`` (at least 2 s) to finish its startup. A caller waits
+    at most ``command_timeout`` for a pooled connection when every one is busy (a
+    pool smaller than the threads using it means waiting, not failing); a lost server
+    fails at once on the connections it had. ``command_timeout`` also bounds opening
+    the pool once the server has answered. After an outage the pool connects again on
+    the first call made once the server is back, at most ``PG_RECONNECT_SECONDS``
+    after it.
     """
     connect_timeout = _libpq_timeout(timeout)
     try:
@@ -255,7 +263,8 @@ def open_pg(
         min_size=1,
         max_size=max_size,
         kwargs={"autocommit": True, "connect_timeout": connect_timeout},
-        timeout=connect_timeout,
+        timeout=max(command_timeout, connect_timeout),
+        reconnect_timeout=defaults.PG_RECONNECT_SECONDS,
         open=False,
         name="amber",
     )

@@ -3,9 +3,10 @@
 A command is retried, with backoff and within ``AMBER_REDIS_RETRY_SECONDS``, when
 
 - it certainly did not run: the connection could not be made (the node is down
-  or restarting), or the server refused it before running it (``CLUSTERDOWN``,
-  ``TRYAGAIN``, ``LOADING``, ``READONLY`` from a demoted primary, ``MASTERDOWN``;
-  ``MOVED``/``ASK`` are followed by the cluster client itself); or
+  or restarting, or the Sentinels name no primary while they fail one over), or
+  the server refused it before running it (``CLUSTERDOWN``, ``TRYAGAIN``,
+  ``LOADING``, ``READONLY`` from a demoted primary, ``MASTERDOWN``; ``MOVED``/``ASK``
+  are followed by the cluster client itself); or
 - it may have run but running it again changes nothing: a read (``IDEMPOTENT``) or
   one of amber's scripts that only read or write under a sequence guard
   (``idempotent_scripts``: a second run finds its sequence already stored and
@@ -29,6 +30,7 @@ from typing import Any
 
 import redis
 from redis import exceptions as rex
+from redis.sentinel import MasterNotFoundError
 
 IDEMPOTENT = frozenset(
     {
@@ -49,6 +51,13 @@ REFUSED = (
     rex.SlotNotCoveredError,
 )
 """Replies of a server that did not run the command."""
+
+_NOT_SENT = (
+    "connecting to",  # redis-py: "Error 111 connecting to h:p." / "Timeout connecting to"
+    "Connection refused",
+    "previous master is now a slave",  # a Sentinel client's word for a READONLY reply
+)
+"""How redis-py words a connection error of a command that was never run."""
 
 FIRST_DELAY = 0.05
 """Seconds before the first retry; each next waits twice as long, at most ``MAX_DELAY``."""
@@ -74,12 +83,11 @@ def idempotent_scripts() -> frozenset[str]:
 
 
 def _not_run(exc: BaseException) -> bool:
-    if isinstance(exc, REFUSED):
+    if isinstance(exc, (*REFUSED, MasterNotFoundError)):  # no primary: nothing was sent
         return True
-    # redis-py words a failed connect "Error 111 connecting to h:p." / "Timeout connecting to"
     text = str(exc)
-    return isinstance(exc, rex.ConnectionError | rex.TimeoutError) and (
-        "connecting to" in text or "Connection refused" in text
+    return isinstance(exc, rex.ConnectionError | rex.TimeoutError) and any(
+        words in text for words in _NOT_SENT
     )
 
 
@@ -138,6 +146,8 @@ class RetryingRedis(redis.Redis):
     """``redis.Redis`` (one server or a Sentinel-managed primary) under a retry ``Policy``."""
 
     policy: Policy = Policy(0)
+    sentinels: list[redis.Redis] | None = None
+    """The Sentinel connections that found the primary, closed with the client."""
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         return self.policy.call(
@@ -145,6 +155,12 @@ class RetryingRedis(redis.Redis):
             args,
             self._node,
         )
+
+    def close(self) -> None:
+        """Close the client's connections (and its Sentinels', if it has them)."""
+        super().close()
+        for sentinel in self.sentinels or []:
+            sentinel.close()
 
     def _node(self) -> str:
         kw = self.connection_pool.connection_kwargs

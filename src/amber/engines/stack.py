@@ -9,8 +9,8 @@ from typing import Any
 import redis
 from psycopg_pool import ConnectionPool
 
+from amber.agents.base import ApiClient
 from amber.agents.coordinator import LeadCoordinator
-from amber.agents.market import MarketDataClient
 from amber.checkpoints import AgentCheckpointer, Analyses, Retention
 from amber.config import Durability, Settings, load_settings
 from amber.engines.connect import open_pg, open_redis
@@ -26,6 +26,8 @@ from amber.memory import (
 )
 from amber.memory.journal import L1Journal, sequence_floor
 from amber.pause import PauseManager
+from amber.runtime.reviews import Reviews
+from amber.runtime.steps import StepIntents
 from amber.schema.migrations import migrate, schema_version
 
 
@@ -41,7 +43,7 @@ class Stack:
         settings: Settings,
         redis_url: str,
         database_url: str,
-        market: MarketDataClient | None = None,
+        market: ApiClient | None = None,
     ) -> None:
         self._closed = False
         self.settings = settings
@@ -100,8 +102,12 @@ class Stack:
             self.redis, self.pg, keys, s, self.snapshotter, journal=journal
         )
         """Saves and restores checkpoints."""
-        self.analyses = Analyses(self.pg)
-        """The analyses table, pause records and runner locks."""
+        self.analyses = Analyses(self.pg, s.lease_seconds)
+        """The analyses table, pause records, results, timeline and leases."""
+        self.intents = StepIntents(self.pg)
+        """Intents of at-most-once steps (which are in doubt, how they were resolved)."""
+        self.reviews = Reviews(self.pg)
+        """Reviews that waiting steps ask for, and their decisions."""
         self.retention = Retention(self.redis, self.pg, keys, s, self.analyses)
         """The checkpoint retention policy."""
         self.coordinator = LeadCoordinator(
@@ -114,6 +120,8 @@ class Stack:
             s,
             journal.release if journal else lambda agent_id: None,
             market,
+            self.intents,
+            self.reviews,
         )
         """Runs analyses subtask by subtask."""
         self.pause_manager = PauseManager(self.analyses, self.coordinator)
@@ -140,6 +148,7 @@ class Stack:
         if self._closed:
             return
         self._closed = True
+        self.analyses.close()
         if self.l1_journal is not None:
             self.l1_journal.close()
         self.redis.close()

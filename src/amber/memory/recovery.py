@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from amber import observe
 from amber.errors import AmberError, StoreUnavailable
 from amber.keys import check_id
 from amber.memory.restore import L1CacheRestorer, Loaded
@@ -100,13 +101,27 @@ class DualRecoveryStrategy:
         self.replayer = replayer
 
     def recover_agent_state(
-        self, agent_id: str, analysis_id: object, agent_type: str
+        self, agent_id: str, analysis_id: object, agent_type: str, fresh: bool = False
     ) -> RecoveryReport:
         """Make the agent's L1 whole again and say how.
 
         A tier that cannot be read (corrupt, a key of the wrong type) is skipped with
-        its reason logged; ``ConsistencyError`` if every snapshot there is fails.
+        its reason logged; ``ConsistencyError`` if every snapshot there is fails. With
+        ``fresh`` (the agent has no checkpoint, so no snapshot of it exists anywhere)
+        only L1 is read: kept if complete, else the memory starts empty.
         """
+        try:
+            report = self._recover(agent_id, analysis_id, agent_type, fresh)
+        except AmberError as exc:
+            if not isinstance(exc, StoreUnavailable):
+                observe.emit(observe.RECOVERY, path="failed")
+            raise
+        observe.emit(observe.RECOVERY, path=observe.recovery_path(report.path))
+        return report
+
+    def _recover(
+        self, agent_id: str, analysis_id: object, agent_type: str, fresh: bool
+    ) -> RecoveryReport:
         t0 = time.perf_counter()
         check_id(agent_id, "agent_id")
         try:
@@ -117,7 +132,7 @@ class DualRecoveryStrategy:
             log.warning("L1 of %s is unreadable: %s", agent_id, exc)
             return self._restore(agent_id, analysis_id, agent_type, t0, f"L1 unreadable: {exc}")
         reference: Loaded | None = None
-        if snap.indexed:
+        if snap.indexed and not fresh:
             loaders: list[Callable[[], Loaded | None]] = [
                 lambda: self.l1_restorer.load_secondary(agent_id),
                 lambda: self.l1_restorer.load_postgres(analysis_id, agent_type),
@@ -151,6 +166,8 @@ class DualRecoveryStrategy:
                 replayed,
                 epoch=epoch,
             )
+        if fresh:
+            return self._empty(agent_id, t0, reason)
         return self._restore(agent_id, analysis_id, agent_type, t0, reason)
 
     def _restore(
@@ -158,22 +175,7 @@ class DualRecoveryStrategy:
     ) -> RecoveryReport:
         report = self.l1_restorer.restore_from_snapshot(agent_id, analysis_id, agent_type)
         if report is None:
-            epoch = None
-            if self.replayer is not None:  # the log holds it all: start from nothing
-                epoch = self.l1_restorer.wipe(agent_id)
-            replayed, epoch = self._replay(agent_id, 0, epoch)
-            now = self.snapshotter.take(agent_id, full=True) if replayed else None
-            return RecoveryReport(
-                agent_id,
-                "empty",
-                elapsed_ms(t0),
-                len(now.memory) if now else 0,
-                0,
-                False,
-                replayed,
-                reason,
-                epoch,
-            )
+            return self._empty(agent_id, t0, reason)
         replayed, epoch = self._replay(agent_id, report.seq, report.epoch)
         now = self.snapshotter.take(agent_id, full=True) if replayed else None
         return RecoveryReport(
@@ -183,6 +185,25 @@ class DualRecoveryStrategy:
             len(now.memory) if now else report.keys,
             report.seq,
             report.verified,
+            replayed,
+            reason,
+            epoch,
+        )
+
+    def _empty(self, agent_id: str, t0: float, reason: str) -> RecoveryReport:
+        """No snapshot anywhere: the memory starts from nothing (or from its log)."""
+        epoch = None
+        if self.replayer is not None:  # the log holds it all: start from nothing
+            epoch = self.l1_restorer.wipe(agent_id)
+        replayed, epoch = self._replay(agent_id, 0, epoch)
+        now = self.snapshotter.take(agent_id, full=True) if replayed else None
+        return RecoveryReport(
+            agent_id,
+            "empty",
+            elapsed_ms(t0),
+            len(now.memory) if now else 0,
+            0,
+            False,
             replayed,
             reason,
             epoch,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -15,10 +16,10 @@ import orjson
 import redis
 from psycopg_pool import ConnectionPool
 
-from amber import codec
+from amber import codec, observe
 from amber.codec import CodecError, Entry
 from amber.errors import AmberError, ConsistencyError, InvalidIdentifier, StoreUnavailable
-from amber.keys import Keys, check_id, check_key, check_uuid
+from amber.keys import Keys, check_id, check_key, check_keys, check_uuid
 from amber.memory import scripts
 from amber.memory.snapshot import (
     Canon,
@@ -133,7 +134,8 @@ def apply_memory(
     for name, entry in memory.items():
         if entry.type != "string" and not entry.value:
             raise CodecError(f"key {name!r}: an empty {entry.type} cannot exist in Redis")
-    names = list(memory)
+    names = check_keys(list(memory))
+    base = keys.l1_base(agent_id)
     payload = msgpack.packb(
         [[memory[n].type, _flat(memory[n]), max(memory[n].ttl_ms, 0)] for n in names],
         use_bin_type=False,
@@ -148,8 +150,8 @@ def apply_memory(
                 seq_key,
                 keys.l1_epoch(agent_id),
                 keys.l1_changes(agent_id),
-                *(keys.l1(agent_id, n) for n in names),
-                *(keys.l1(agent_id, n) for n in sorted(stale)),
+                *(base + n for n in names),
+                *(base + n for n in sorted(stale)),
             ],
             args=[payload, len(names), ttl_ms, seq, epoch, *names],
         )
@@ -158,6 +160,10 @@ def apply_memory(
 
 def _valid_names(raw: list[bytes]) -> set[str]:
     """Index names that are key names amber could have written (garbage is left to expire)."""
+    try:
+        return set(check_keys([k.decode() for k in raw]))
+    except (UnicodeDecodeError, InvalidIdentifier):
+        pass  # some are bad: sort them out one by one
     names = set()
     for k in raw:
         try:
@@ -170,13 +176,13 @@ def _valid_names(raw: list[bytes]) -> set[str]:
 Loader = Callable[[], Loaded | None]
 
 
-def _loader(found: Loaded | str) -> Loader:
-    """A loader returning a snapshot already read, or raising why a row could not be."""
+def _loader(found: Loader | str) -> Loader:
+    """``found``, or a loader raising why a row could not be read."""
+    if not isinstance(found, str):
+        return found
 
     def load() -> Loaded:
-        if isinstance(found, str):
-            raise ConsistencyError(f"snapshot unreadable: {found}")
-        return found
+        raise ConsistencyError(f"snapshot unreadable: {found}")
 
     return load
 
@@ -200,7 +206,57 @@ def _canon_of(name: str, item: Any) -> Canon:
     return (item["type"], item.get("value"), ttl)
 
 
-def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[list[Loaded], str | None]:
+@dataclass(frozen=True)
+class _Row:
+    """One verified row of a folded chain: what its snapshot needs besides the keys."""
+
+    recorded: str
+    l1_seq: int
+    epoch: str | None
+    fmt: int
+    total: int
+    undo: list[tuple[str, Canon | None]]
+    """Each key this row's delta touched, as it was in the row before (None: absent)."""
+
+
+class FoldedChain:
+    """A chain of PostgreSQL snapshot rows applied in order: the newest row's keys in
+    canonical form, and what it takes to step back to any older row. Rows become
+    :class:`Loaded` snapshots only when asked, newest first in the usual case, so a
+    long chain of deltas on a big memory costs one pass, not one copy per row."""
+
+    def __init__(self) -> None:
+        self.canon: dict[str, Canon] = {}
+        self.rows: list[_Row] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def loaded(self, k: int) -> Loaded:
+        """Row ``k``'s snapshot (0: the whole one; -1: the newest)."""
+        k %= len(self.rows)
+        canon = self.canon
+        if k < len(self.rows) - 1:
+            canon = dict(canon)
+            for row in reversed(self.rows[k + 1 :]):
+                _undo(canon, row.undo)
+        row = self.rows[k]
+        loaded = _loaded_canon(
+            "postgresql_checkpoint", canon, row.total, row.recorded, row.l1_seq, row.epoch
+        )
+        return dataclasses.replace(loaded, fmt=row.fmt)
+
+
+def _undo(canon: dict[str, Canon], undo: list[tuple[str, Canon | None]]) -> None:
+    """Put back in ``canon`` what one delta replaced (None: the key was absent)."""
+    for n, old in reversed(undo):
+        if old is None:
+            canon.pop(n, None)
+        else:
+            canon[n] = old
+
+
+def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[FoldedChain, str | None]:
     """The snapshots a chain of PostgreSQL rows holds, oldest first, each one verified.
 
     ``rows`` (seq, blob, size, hash, l1 seq, epoch, base) start with a whole snapshot;
@@ -209,12 +265,13 @@ def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[list[Loaded], str | None]:
     the chain stops at the first row that is corrupt, does not apply, or does not match,
     and says why.
     """
-    out: list[Loaded] = []
+    chain = FoldedChain()
     error: str | None = None
-    canon: dict[str, Canon] = {}
+    canon = chain.canon
     digests: dict[str, int] = {}
     total, prev = 0, None
     for seq, blob, size, recorded, l1_seq, epoch, base in rows:
+        undo: list[tuple[str, Canon | None]] = []
         try:
             doc = codec.decode_document(codec.unpack(blob, size))
             fmt = codec.document_format(doc)
@@ -222,7 +279,7 @@ def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[list[Loaded], str | None]:
                 keys = doc.get("keys")
                 if not isinstance(keys, dict):
                     raise CodecError("snapshot document has no 'keys' object")
-                canon = {n: _canon_of(n, it) for n, it in keys.items()}
+                canon.update((n, _canon_of(n, it)) for n, it in keys.items())
                 digests = {n: codec.key_digest(n, c[0], c[1]) for n, c in canon.items()}
                 total = sum(digests.values())
                 actual = codec.combine(total) if fmt == 2 else codec.document_hash(doc)
@@ -232,13 +289,13 @@ def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[list[Loaded], str | None]:
                 sets, dels = doc.get("set"), doc.get("del")
                 if not isinstance(sets, dict) or not isinstance(dels, list):
                     raise CodecError("snapshot delta has no 'set' and 'del'")
-                canon, digests = dict(canon), dict(digests)
-                for n in [*dels, *sets]:
+                fresh = {n: _canon_of(n, it) for n, it in sets.items()}  # all read, or none
+                for n in dict.fromkeys([*dels, *fresh]):
+                    undo.append((n, canon.pop(n, None)))
                     total -= digests.pop(n, 0)
-                    canon.pop(n, None)
-                for n, it in sets.items():
-                    canon[n] = _canon_of(n, it)
-                    digests[n] = codec.key_digest(n, canon[n][0], canon[n][1])
+                for n, c in fresh.items():
+                    canon[n] = c
+                    digests[n] = codec.key_digest(n, c[0], c[1])
                     total += digests[n]
                 actual = codec.combine(total)
             if actual != recorded:
@@ -246,13 +303,12 @@ def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[list[Loaded], str | None]:
         except CodecError as exc:
             log.warning("L1 snapshot chain stops before row %s: %s", seq, exc)
             error = f"checkpoint row {seq}: {exc}"
+            _undo(canon, undo)  # back to the last row that verified
             break
-        loaded = _loaded_canon(
-            "postgresql_checkpoint", canon, total, str(recorded), int(l1_seq or 0), epoch
-        )
-        out.append(dataclasses.replace(loaded, fmt=fmt) if base is None else loaded)
+        fmt_row = fmt if base is None else codec.FORMAT_VERSION
+        chain.rows.append(_Row(str(recorded), int(l1_seq or 0), epoch, fmt_row, total, undo))
         prev = seq
-    return out, error
+    return chain, error
 
 
 class L1CacheRestorer:
@@ -297,11 +353,11 @@ class L1CacheRestorer:
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
         """The newest snapshot stored with checkpoints in PostgreSQL that verifies."""
         chain = self._pg_chain(analysis_id, agent_type)[1]
-        return chain[-1] if chain else None
+        return chain.loaded(-1) if chain else None
 
     def _pg_chain(
         self, analysis_id: object, agent_type: str, below: int = 2**62
-    ) -> tuple[int | None, list[Loaded], str | None]:
+    ) -> tuple[int | None, FoldedChain, str | None]:
         """The newest chain below checkpoint ``below``: the checkpoint its whole snapshot is
         in (None: no chain), its sound snapshots oldest first, and why it stops early."""
         aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
@@ -310,10 +366,10 @@ class L1CacheRestorer:
                 sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": below}
             ).fetchall()
         if not rows:
-            return None, [], None
+            return None, FoldedChain(), None
         return int(rows[0][0]), *fold_chain(rows)
 
-    def _pg_candidates(self, analysis_id: object, agent_type: str) -> Iterator[Loaded | str]:
+    def _pg_candidates(self, analysis_id: object, agent_type: str) -> Iterator[Loader | str]:
         """PostgreSQL's snapshots, newest sound one first, and why a newer one was not
         (a str); an older chain when the newest chain's whole snapshot is unreadable."""
         below, tried = 2**62, 0
@@ -323,8 +379,8 @@ class L1CacheRestorer:
                 return
             if error:
                 yield error
-            for loaded in reversed(chain):
-                yield loaded
+            for k in reversed(range(len(chain))):
+                yield functools.partial(chain.loaded, k)
                 tried += 1
                 if tried >= PG_SNAPSHOTS_TRIED:
                     return
@@ -376,6 +432,7 @@ class L1CacheRestorer:
                 raise
             except AmberError as exc:  # corrupt, unverifiable, or a key of the wrong type
                 log.warning("L1 restore of %s from %s failed: %s", agent_id, source, exc)
+                observe.emit(observe.VERIFICATION_FAILED, tier=source)
                 failures.append(f"{source}: {exc}")
         if failures:
             raise ConsistencyError(

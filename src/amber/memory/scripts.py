@@ -196,7 +196,7 @@ return r
 """
 )
 
-_READ_KEYS = """
+_READ_KEYS = f"""
 local function read(t, key)
   if t == 'string' then return redis.pcall('GET', key)
   elseif t == 'list' then return redis.pcall('LRANGE', key, 0, -1)
@@ -206,21 +206,36 @@ local function read(t, key)
   end
   return nil
 end
--- appends entry, type, value, own TTL of each of n keys starting at KEYS[first]
+-- appends entry, type, value, own TTL of each of n keys starting at KEYS[first]; the
+-- index entries and string values come a thousand at a time (HMGET, MGET: MGET answers
+-- nil for a key of another type, which is then read by its type)
 local function read_keys(out, first, n, whole)
+  local entries, strings = {{}}, {{}}
+  for j = 1, n, {MAX_ARGS_PER_CALL} do
+    local k = math.min(j + {MAX_ARGS_PER_CALL - 1}, n)
+    local es = redis.call('HMGET', KEYS[1], unpack(ARGV, j, k))
+    local vs = redis.call('MGET', unpack(KEYS, first + j - 1, first + k - 1))
+    for i = 1, k - j + 1 do
+      entries[j + i - 1], strings[j + i - 1] = es[i], vs[i]
+    end
+  end
   for i = 1, n do
     local key = KEYS[first + i - 1]
-    local e = redis.call('HGET', KEYS[1], ARGV[i])
+    local e = entries[i]
     local t, v, ttl = 'gone', false, -1
     if not e and whole then return false end
     if e then
       t = string.match(e, '^[^:]*')
-      v = read(t, key)
-      if v == nil or (type(v) == 'table' and v.err) then  -- not the indexed type
-        t = redis.call('TYPE', key)['ok']
-        v = read(t, key) or false
-      elseif v == false or (type(v) == 'table' and #v == 0) then  -- expired
-        t, v = 'none', false
+      if t == 'string' and strings[i] then
+        v = strings[i]
+      else
+        v = read(t, key)
+        if v == nil or (type(v) == 'table' and v.err) then  -- not the indexed type
+          t = redis.call('TYPE', key)['ok']
+          v = read(t, key) or false
+        elseif v == false or (type(v) == 'table' and #v == 0) then  -- expired
+          t, v = 'none', false
+        end
       end
       if string.sub(e, -4) == ':own' then ttl = redis.call('PTTL', key) end
     end
@@ -302,26 +317,28 @@ for i = n + 5, #KEYS do
   redis.call('DEL', KEYS[i])
 end
 redis.call('DEL', KEYS[1], KEYS[4])
+local fields = {{}}
 for i = 1, n do
   local key, item = KEYS[i + 4], data[i]
-  redis.call('DEL', key)
+  local own = tonumber(item[3]) or 0
+  local life, entry = ttl, item[1] .. stamp
+  if own > 0 then life, entry = own, entry .. ':own' end
   if item[1] == 'string' then
-    redis.call('SET', key, item[2])
+    redis.call('SET', key, item[2], 'PX', life)  -- replaces a key of any type
   else
+    redis.call('DEL', key)
     local values = item[2]
     for j = 1, #values, {MAX_ARGS_PER_CALL} do
       local k = math.min(j + {MAX_ARGS_PER_CALL - 1}, #values)
       redis.call(writers[item[1]], key, unpack(values, j, k))
     end
+    redis.call('PEXPIRE', key, life)
   end
-  local own = tonumber(item[3]) or 0
-  if own > 0 then
-    redis.call('PEXPIRE', key, own)
-    redis.call('HSET', KEYS[1], ARGV[i + 5], item[1] .. stamp .. ':own')
-  else
-    redis.call('PEXPIRE', key, ttl)
-    redis.call('HSET', KEYS[1], ARGV[i + 5], item[1] .. stamp)
-  end
+  fields[#fields + 1] = ARGV[i + 5]
+  fields[#fields + 1] = entry
+end
+for j = 1, #fields, {MAX_ARGS_PER_CALL} do  -- the index, in pairs ({MAX_ARGS_PER_CALL} is even)
+  redis.call('HSET', KEYS[1], unpack(fields, j, math.min(j + {MAX_ARGS_PER_CALL - 1}, #fields)))
 end
 if n > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)

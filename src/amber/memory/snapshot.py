@@ -6,11 +6,12 @@ memory that existed at one instant, on a single server and on a cluster alike.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -24,7 +25,7 @@ from psycopg_pool import ConnectionPool
 from amber import codec
 from amber.codec import Entry, RedisType
 from amber.errors import CheckpointNotFound, ConsistencyError, InvalidIdentifier, UnsupportedType
-from amber.keys import Keys, check_id, check_key, check_uuid
+from amber.keys import Keys, check_id, check_keys, check_uuid
 from amber.memory import scripts
 from amber.memory.working import redis_errors, supported
 from amber.schema import sql
@@ -74,6 +75,13 @@ class Snapshot:
     removed: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
     owned: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
     """Keys with their own TTL (their expiry is no write: every read looks at them)."""
+
+    def unchanged(self) -> Snapshot:
+        """This snapshot as a read relative to itself that found nothing changed: an empty
+        delta on it."""
+        return dataclasses.replace(
+            self, base_seq=self.seq, changed=frozenset(), removed=frozenset()
+        )
 
     @cached_property
     def hash(self) -> str:
@@ -134,12 +142,36 @@ def make_snapshot(
     epoch: str | None = None,
 ) -> Snapshot:
     """A snapshot of ``memory``, every key encoded and digested (a whole read)."""
-    canon = {n: (e.type, codec.encode_value(e.type, e.value), e.ttl_ms) for n, e in memory.items()}
-    digests = {n: codec.key_digest(n, t, v) for n, (t, v, _) in canon.items()}
-    owned = frozenset(n for n, c in canon.items() if c[2] > 0)
+    canon: dict[str, Canon] = {}
+    digests: dict[str, int] = {}
+    owned: list[str] = []
+    _canonize(memory, canon, digests, owned)
     return Snapshot(
-        agent_id, memory, seq, missing, epoch, canon, digests, sum(digests.values()), owned=owned
+        agent_id,
+        memory,
+        seq,
+        missing,
+        epoch,
+        canon,
+        digests,
+        sum(digests.values()),
+        owned=frozenset(owned),
     )
+
+
+def _canonize(
+    memory: dict[str, Entry], canon: dict[str, Canon], digests: dict[str, int], owned: list[str]
+) -> None:
+    """Add each key of ``memory`` to ``canon`` encoded, to ``digests`` digested, and to
+    ``owned`` if it has a TTL of its own: one pass, for thousands of keys."""
+    encode, digest = codec.encode_value, codec.key_digest
+    for n, e in memory.items():
+        t, ttl = e.type, e.ttl_ms
+        v = encode(t, e.value)
+        canon[n] = (t, v, ttl)
+        digests[n] = digest(n, t, v)
+        if ttl > 0:
+            owned.append(n)
 
 
 @dataclass(frozen=True)
@@ -216,17 +248,119 @@ class _Reader:
             keys=[self.index_key, self.seq_key, self.epoch_key, *(self.base + n for n in names)],
             args=[*names, "" if total is None else total, "" if seq is None else seq],
         )
-        return (
-            cast(list[Any], msgpack.unpackb(reply, raw=True)) if isinstance(reply, bytes) else None
+        return _unpack(reply)
+
+    def read_whole(self, chunks: list[list[str]]) -> Snapshot | None:
+        """The snapshot of every name the index listed, read in ``chunks`` (one script
+        each), or None to start over: the index changed, or chunks saw different
+        sequences (every write bumps it, so chunks that agree were read at one instant).
+
+        Each chunk is sent before the one before it is decoded, so Redis reads one while
+        Python decodes the other (see :meth:`_replies`).
+        """
+        total = sum(len(c) for c in chunks)
+        memory: dict[str, Entry] = {}
+        canon: dict[str, Canon] = {}
+        digests: dict[str, int] = {}
+        owned: list[str] = []
+        missing: list[str] = []
+        at: tuple[int, str | None] | None = None
+        replies = self._replies(chunks, total)
+        try:
+            for names, items in zip(chunks, replies, strict=True):
+                if items is None:
+                    return None
+                got = self.decode(names, items)
+                if at is None:
+                    at = (got.seq, got.epoch)
+                elif (got.seq, got.epoch) != at:
+                    return None
+                memory.update(got.memory)
+                missing += got.missing
+                _canonize(got.memory, canon, digests, owned)
+        finally:
+            replies.close()
+        assert at is not None  # there is always one chunk, if empty
+        total_digest = sum(digests.values())
+        return Snapshot(
+            self.agent_id,
+            memory,
+            at[0],
+            tuple(missing),
+            at[1],
+            canon,
+            digests,
+            total_digest,
+            owned=frozenset(owned),
         )
+
+    def _replies(
+        self, chunks: list[list[str]], total: int
+    ) -> Generator[list[Any] | None, None, None]:
+        """Each chunk's reply items (None: start over). The first chunk is read as usual
+        (loading the script if Redis lacks it); the others go on one connection of their
+        own, each sent before the reply before it is handed over. A lost connection
+        starts the read over; a cluster client reads one chunk after another."""
+        first = self.read(chunks[0], total, None)
+        rest = chunks[1:]
+        pool: redis.ConnectionPool | None = getattr(self.client, "connection_pool", None)
+        conn = None
+        if pool is not None and rest and first is not None:
+            with contextlib.suppress(*_LOST):
+                conn = pool.get_connection()
+        if pool is None or conn is None:  # through the retrying client, one by one
+            yield first
+            for names in rest:
+                yield self.read(names, total, None)
+            return
+        head = [self.index_key, self.seq_key, self.epoch_key]
+        sent = answered = 0
+
+        def send() -> None:
+            nonlocal sent
+            n = rest[sent]
+            args = [*head, *(self.base + x for x in n), *n, total, ""]
+            conn.send_command("EVALSHA", self.script.sha, 3 + len(n), *args)  # type: ignore[no-untyped-call]
+            sent += 1
+
+        try:
+            try:
+                send()
+            except _LOST:
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                yield None  # start over: the next attempt reads through the retrying client
+                return
+            yield first
+            while answered < len(rest):
+                try:
+                    if sent < len(rest):
+                        send()
+                    reply = conn.read_response()
+                except redis.exceptions.NoScriptError:
+                    reply = None  # flushed meanwhile: the next attempt loads it again
+                except _LOST:
+                    conn.disconnect()  # type: ignore[no-untyped-call]
+                    sent = answered  # nothing more can come on it
+                    yield None  # as above (a failover, a restart): retried, not raised
+                    return
+                answered += 1
+                yield _unpack(reply)
+        finally:
+            if sent > answered:  # replies still due on it: it cannot serve anyone else
+                conn.disconnect()  # type: ignore[no-untyped-call]
+            pool.release(conn)
 
     def decode(self, names: list[str], items: list[Any]) -> _Decoded:
         """Each name's entry and value; expired and vanished names; index repairs made."""
         out = _Decoded(_sequence(items[0], self.agent_id), _text(items[1]))
         retyped: dict[str, str] = {}
+        memory = out.memory
         for i, name in enumerate(names):
             at = 2 + 4 * i
             raw_entry, actual, value, own_ttl = items[at : at + 4]
+            if actual == b"string" and own_ttl == -1 and raw_entry[:7] == b"string:":
+                memory[name] = Entry("string", value)  # most keys: read as indexed
+                continue
             actual = actual.decode()
             if raw_entry in (None, False):  # the index no longer names it: deleted
                 out.gone.append(name)
@@ -266,6 +400,15 @@ class _Decoded:
     gone: list[str] = field(default_factory=list)
 
 
+_LOST = (redis.ConnectionError, redis.TimeoutError, OSError)
+"""A connection that failed under a read: the read starts over."""
+
+
+def _unpack(reply: Any) -> list[Any] | None:
+    """A READ script's items, or None for its request to start over."""
+    return cast(list[Any], msgpack.unpackb(reply, raw=True)) if isinstance(reply, bytes) else None
+
+
 def _seq20(seq: int) -> str:
     return codec.seal_seq(seq).decode()
 
@@ -278,37 +421,30 @@ def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
     """Read every key of an agent's L1 at one instant. Drops expired keys from the index.
 
     Lua scripts read the keys the index lists (declared in ``KEYS[]``, one slot), up
-    to ``READ_CHUNK`` keys per call, every call at the same agent sequence; the read
-    starts over if keys were added or removed in between (or, across chunks, if any
-    write came). Raises ``UnsupportedType`` naming a key that another client turned
-    into a type amber cannot snapshot.
+    to ``READ_CHUNK`` keys per call; the read starts over if keys were added or removed
+    meanwhile, or if any write came between two calls (if writers keep interfering, one
+    script reads everything). Raises ``UnsupportedType`` naming a key that another
+    client turned into a type amber cannot snapshot.
     """
     agent_id = check_id(agent_id, "agent_id")
     reader = _Reader(client, keys, agent_id)
     with redis_errors(agent_id):
         for attempt in range(READ_ATTEMPTS):
             names = _names(cast(list[bytes], client.hkeys(reader.index_key)), agent_id)
-            # big memories go in chunks, each at the same sequence (every write bumps it),
-            # so no single script holds the server long; if writers keep interfering,
-            # one script reads everything
             step = READ_CHUNK if attempt < CHUNKED_ATTEMPTS else max(len(names), 1)
-            items: list[Any] = []
-            for i in range(0, max(len(names), 1), step):
-                seq = _sequence(items[0], agent_id) if items else None
-                part = reader.read(names[i : i + step], len(names), seq)
-                if part is None:
-                    break
-                items.extend(part if not items else part[2:])
-            else:
-                break
-        else:
-            raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
-        got = reader.decode(names, items)
-    return make_snapshot(agent_id, got.memory, got.seq, tuple(got.missing), got.epoch)
+            chunks = [names[i : i + step] for i in range(0, len(names), step)] or [[]]
+            snap = reader.read_whole(chunks)
+            if snap is not None:
+                return snap
+        raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
 
 
 def read_changes(
-    client: redis.Redis, keys: Keys, base: Snapshot, hint: Iterable[str] = ()
+    client: redis.Redis,
+    keys: Keys,
+    base: Snapshot,
+    hint: Iterable[str] = (),
+    consume: bool = False,
 ) -> Snapshot | None:
     """The agent's L1 now, reading only the keys written or deleted since ``base``.
 
@@ -319,6 +455,10 @@ def read_changes(
     is no longer a sound starting point (another incarnation, or a secondary that is
     not ``base``): the caller reads the whole memory. Keys with their own TTL are read
     every time, since their expiry is no write.
+
+    ``consume`` lets the new snapshot take over ``base``'s maps instead of copying
+    them (a copy is O(keys)): ``base`` must then never be read again, whatever this
+    returns or raises.
     """
     agent_id = base.agent_id
     reader = _Reader(client, keys, agent_id)
@@ -350,13 +490,14 @@ def read_changes(
             raise ConsistencyError("L1 keys kept changing during the snapshot", agent_id=agent_id)
         got = reader.decode(names, got_items)
     if not touched and seq == base.seq:  # nothing changed: an empty delta
-        return dataclasses.replace(
-            base, base_seq=base.seq, changed=frozenset(), removed=frozenset()
-        )
+        return base.unchanged()
     names = sorted(touched)
     if got.epoch != base.epoch:
         return None
-    memory, canon, digests = dict(base.memory), dict(base.canon), dict(base.digests)
+    if consume:
+        memory, canon, digests = base.memory, base.canon, base.digests
+    else:
+        memory, canon, digests = dict(base.memory), dict(base.canon), dict(base.digests)
     total = base.total
     changed: set[str] = set()
     removed: set[str] = set()
@@ -399,7 +540,7 @@ def read_changes(
 def _names(raw: list[bytes], agent_id: str) -> list[str]:
     """Key names from the index; a name amber could not have written is a ``ConsistencyError``."""
     try:
-        names = sorted(check_key(k.decode()) for k in raw)
+        names = sorted(check_keys([k.decode() for k in raw]))
     except (UnicodeDecodeError, InvalidIdentifier) as exc:
         raise ConsistencyError(
             f"the agent's index holds a bad key name: {exc}", agent_id=agent_id
@@ -435,6 +576,9 @@ class Stored:
     """The checkpoint sequence of the PostgreSQL row holding it (None: not in PostgreSQL)."""
     chain: int = 0
     """Deltas stored in PostgreSQL since its last whole snapshot."""
+    private: bool = False
+    """Whether no caller outside the snapshotter holds ``snap``: the next snapshot may then
+    take over its maps (see :meth:`L1CacheSnapshotter.advance`)."""
 
 
 MAX_CHAIN = 32
@@ -470,15 +614,38 @@ class L1CacheSnapshotter:
                 return snap
         return read_memory(self.redis, self.keys, agent_id)
 
+    def advance(self, agent_id: str, hint: Iterable[str] = ()) -> Snapshot:
+        """The agent's L1 now, as :meth:`take` reads it, for a caller that will pass the
+        result to :meth:`remember` with ``private=True`` and hand it to no one else.
+
+        The stored snapshot is forgotten first: when it is private too, the new one
+        takes over its maps instead of copying them, so a save of a few changes in a big
+        memory costs what changed. If the caller fails before remembering, the next
+        snapshot of the agent is read whole.
+        """
+        with self._lock:
+            stored = self._stored.pop(agent_id, None)
+        if stored is not None:
+            snap = read_changes(self.redis, self.keys, stored.snap, hint, stored.private)
+            if snap is not None:
+                return snap
+        return read_memory(self.redis, self.keys, agent_id)
+
     def stored(self, agent_id: str) -> Stored | None:
         """What this process last stored of the agent, if it remembers."""
         with self._lock:
             return self._stored.get(agent_id)
 
-    def remember(self, snap: Snapshot, pg_row: int | None = None, chain: int = 0) -> None:
-        """Note that ``snap`` is now the agent's stored snapshot (the next read's base)."""
+    def remember(
+        self, snap: Snapshot, pg_row: int | None = None, chain: int = 0, private: bool = False
+    ) -> None:
+        """Note that ``snap`` is now the agent's stored snapshot (the next read's base).
+
+        ``private``: no caller outside the snapshotter holds ``snap`` or shares its maps,
+        so the next :meth:`advance` may take them over.
+        """
         with self._lock:
-            self._stored[snap.agent_id] = Stored(snap, pg_row, chain)
+            self._stored[snap.agent_id] = Stored(snap, pg_row, chain, private)
             self._stored.move_to_end(snap.agent_id)
             while len(self._stored) > SNAPSHOTS_REMEMBERED:
                 self._stored.popitem(last=False)

@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from amber import defaults
+from amber import defaults, observe
 from amber.agents.coordinator import AgentResult, LeadCoordinator
 from amber.checkpoints.analyses import Analyses
+from amber.checkpoints.leases import Claim
 from amber.errors import AnalysisBusy, AnalysisStateError
 from amber.keys import check_reason, check_uuid
 from amber.memory.recovery import RecoveryReport
@@ -123,9 +124,11 @@ class PauseManager:
                 return self._already(aid, reason)
             raise
         paused_at = self.analyses.record_pause(aid, reason, by)
+        self.analyses.event(aid, "paused", by, reason=reason)
+        observe.emit(observe.PAUSE, reason=reason)
         try:
-            with self.analyses.runner_lock(aid, defaults.RUNNER_GONE_WAIT):
-                agents, _ = self.coordinator.prepare_agents(record)
+            with self.analyses.runner_lock(aid, defaults.RUNNER_GONE_WAIT) as claim:
+                agents, _ = self.coordinator.prepare_agents(record, claim.owner, code=False)
                 try:
                     states = self.coordinator.freeze(aid, agents)
                 finally:
@@ -179,12 +182,13 @@ class PauseManager:
                 status=record.status,
             )
         try:
-            with self.analyses.runner_lock(aid, defaults.RUNNER_GONE_WAIT):
-                return self._resume_owned(aid, by, run)
+            with self.analyses.runner_lock(aid, defaults.RUNNER_GONE_WAIT) as claim:
+                return self._resume_owned(claim, by, run)
         except AnalysisBusy:
             return ResumeReport(aid, False, f"analysis {aid} is being run by another process")
 
-    def _resume_owned(self, aid: str, by: str, run: bool) -> ResumeReport:
+    def _resume_owned(self, claim: Claim, by: str, run: bool) -> ResumeReport:
+        aid = claim.analysis_id
         record = self.analyses.get(aid)
         taken_over = record.status == "running"
         if taken_over and not run:  # taking over without running would orphan it again
@@ -192,7 +196,7 @@ class PauseManager:
         if not taken_over:
             self.analyses.transition(aid, "running", ("paused",))  # raises for other states
         try:
-            agents, recovery = self.coordinator.prepare_agents(record)
+            agents, recovery = self.coordinator.prepare_agents(record, claim.owner)
         except BaseException as exc:
             if not taken_over:
                 self.analyses.transition(aid, "paused", ("running",))  # still paused
@@ -200,8 +204,19 @@ class PauseManager:
             for entry in record.agents:
                 self.coordinator.release(entry["agent_id"])
             raise
+        open_pause = self.analyses.open_pause(aid)
         self.analyses.close_pause(aid, by, {t: asdict(r) for t, r in recovery.items()})
-        verb = "took over" if taken_over else "resumed"
+        if not taken_over:
+            self.analyses.event(aid, "resumed", by)
+            observe.emit(observe.RESUME, reason=open_pause["reason"] if open_pause else "")
+            verb = "resumed"
+        elif claim.prior:  # a run had it and died
+            self.analyses.event(aid, "taken_over", by, taken_over_from=claim.prior)
+            observe.emit(observe.TAKEOVER)
+            verb = "took over"
+        else:  # queued, never run: this resume is its first run
+            self.analyses.event(aid, "claimed", by)
+            verb = "ran queued"
         report = ResumeReport(aid, True, f"{verb} analysis {aid}", recovery, taken_over=taken_over)
         if not run:
             for agent in agents:

@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 import pydantic
@@ -41,6 +41,10 @@ def _id(kind: str) -> AfterValidator:
 SessionId = Annotated[str, _id("session_id")]
 TaskId = Annotated[str, _id("task id")]
 ReviewId = Annotated[str, _id("review_id")]
+ReviewKind = Annotated[str, _id("kind")]
+
+Decision = Literal["approved", "rejected", "expired"]
+"""What became of a review: ``decide`` records the first two."""
 
 
 MAX_VERSION = 2**53 - 2
@@ -94,14 +98,19 @@ class Task(BaseModel):
     @field_validator("parameters")
     @classmethod
     def _json_parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            orjson.dumps(value)
-        except TypeError as exc:  # orjson.JSONEncodeError too
-            raise ValueError(f"parameters must be JSON: {exc}") from None
-        where = _non_finite(value, "parameters")
-        if where:
-            raise ValueError(f"parameters must be JSON: {where} is not a finite number")
-        return value
+        return _json_object(value, "parameters")
+
+
+def _json_object(value: dict[str, Any], name: str) -> dict[str, Any]:
+    """``value`` if orjson can write it as JSON without loss, else ``ValueError``."""
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:  # orjson.JSONEncodeError too
+        raise ValueError(f"{name} must be JSON: {exc}") from None
+    where = _non_finite(value, name)
+    if where:
+        raise ValueError(f"{name} must be JSON: {where} is not a finite number")
+    return value
 
 
 def _non_finite(value: Any, path: str) -> str | None:
@@ -124,8 +133,18 @@ def _default_expiry() -> datetime:
     return datetime.now(UTC) + timedelta(seconds=defaults.REVIEW_TTL)
 
 
+DeciderName = Annotated[str, Field(min_length=1, max_length=defaults.ID_MAX_LEN)]
+"""Who decided a review: a user name or address, 1-128 characters."""
+Comment = Annotated[str, Field(max_length=defaults.COMMENT_MAX_LEN)]
+"""A reviewer's comment, at most 10,000 characters."""
+
+
 class ReviewItem(BaseModel):
-    """A task result waiting for a human decision until ``expires_at``."""
+    """A task result waiting for a human decision until ``expires_at`` (its deadline).
+
+    ``decide`` fills in ``decision``, ``decided_by``, ``decided_at`` and ``comment``
+    once; a decided review leaves the pending queue.
+    """
 
     model_config = _STRICT
 
@@ -134,6 +153,19 @@ class ReviewItem(BaseModel):
     confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
     expires_at: AwareDatetime = Field(default_factory=_default_expiry)
     """When the review stops being pending (timezone required); default: in 24 h."""
+    kind: ReviewKind | None = None
+    """What is being reviewed (e.g. ``tool_call``), an id of 1-128 safe characters."""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    """What the reviewer needs to see, as a JSON object."""
+    decision: Decision | None = None
+    decided_by: DeciderName | None = None
+    decided_at: AwareDatetime | None = None
+    comment: Comment | None = None
+
+    @field_validator("payload")
+    @classmethod
+    def _json_payload(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _json_object(value, "payload")
 
     def expired(self, now: datetime | None = None) -> bool:
         """True once ``expires_at`` has passed."""
@@ -144,9 +176,19 @@ class ReviewItem(BaseModel):
         return int(self.expires_at.timestamp() * 1000)
 
 
+class Verdict(BaseModel):
+    """The arguments of ``decide``, checked before anything is read."""
+
+    model_config = _STRICT
+
+    decision: Literal["approved", "rejected"]
+    by: DeciderName
+    comment: Comment | None = None
+
+
 M = TypeVar("M", bound=BaseModel)
 
-_KIND = {Session: "session", Task: "task", ReviewItem: "review"}
+_KIND = {Session: "session", Task: "task", ReviewItem: "review", Verdict: "decision"}
 
 
 def _invalid(model: type[BaseModel], exc: pydantic.ValidationError, **ids: Any) -> ValidationError:

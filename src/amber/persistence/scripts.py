@@ -1,10 +1,12 @@
 """Lua scripts of the persistence module: each check-and-write runs atomically in Redis.
 
 Every script is headed by the ``KEYS[]`` and ``ARGV[]`` it takes and what it
-returns. Times come from the server's clock (``TIME``), so index scores and key
-TTLs agree. Scripts that reach documents by id build their keys from a key base
-passed in ``ARGV`` (made by ``amber.keys.Keys``): they run on one Redis server
-(standalone or behind Sentinel), not across Redis Cluster slots.
+returns. Every key a script touches is one of its ``KEYS[]``, and all of them
+share a slot (``amber.keys.Keys``: a session's keys carry ``{session_id}``, a
+prefix's reviews ``{prefix}``), so each script runs on Redis Cluster as on one
+server. Operations that span slots (the session index, a task's lookup) are
+several scripts run in turn by ``amber.persistence.core``. Times come from the
+server's clock (``TIME``), so scores and key TTLs agree.
 """
 
 from __future__ import annotations
@@ -14,13 +16,21 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-SAVE_SESSION = (
-    """
--- KEYS[1] session key, KEYS[2] session index (zset: session_id -> expiry, ms)
--- ARGV[1] expected version v, ARGV[2] session JSON already carrying version v+1,
--- ARGV[3] TTL in ms, ARGV[4] session_id
--- Returns {1, v+1} when written, {0, stored version} on a version conflict.
--- amber writes the version first ({"version":N,...}), read without decoding the JSON.
+
+# -- sessions --------------------------------------------------------------------------
+def _index_session(index: str, session_id: str, ttl: str) -> str:
+    """Lua (after ``_NOW_MS``) that drops expired entries of the session index and scores
+    the session now + TTL, or one above its current score if that is higher."""
+    return f"""
+redis.call('ZREMRANGEBYSCORE', {index}, '-inf', now)
+local score = now + tonumber({ttl})
+local old = redis.call('ZSCORE', {index}, {session_id})
+if old and tonumber(old) >= score then score = tonumber(old) + 1 end
+redis.call('ZADD', {index}, score, {session_id})
+"""
+
+
+_SAVE_IF_VERSION = """
 local expected = tonumber(ARGV[1])
 local current = redis.call('GET', KEYS[1])
 if current then
@@ -28,111 +38,288 @@ if current then
   if stored == nil then stored = cjson.decode(current)['version'] end
   if stored ~= expected then return {0, stored} end
 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return {1, expected + 1}
+"""
+
+SAVE_SESSION = (
+    """
+-- KEYS[1] session key
+-- ARGV[1] expected version v, ARGV[2] session JSON already carrying version v+1,
+-- ARGV[3] TTL in ms
+-- Returns {1, v+1} when written, {0, stored version} on a version conflict.
+-- amber writes the version first ({"version":N,...}), read without decoding the JSON.
+"""
+    + _SAVE_IF_VERSION
+)
+
+INDEX_SESSION = (
+    """
+-- KEYS[1] session index (zset: session_id -> expiry, ms)
+-- ARGV[1] session_id, ARGV[2] the session's TTL in ms
+-- Drops entries that have expired, then scores the session now + TTL, or one above its
+-- current score if that is higher: a score never falls below the expiry of the
+-- session's document, and every save changes it. Returns the new score.
 """
     + _NOW_MS
+    + _index_session("KEYS[1]", "ARGV[1]", "ARGV[2]")
     + """
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[4])
-return {1, expected + 1}
+return score
 """
 )
 
-SAVE_TASK = """
--- KEYS[1] session key, KEYS[2] task key, KEYS[3] the session's task queue (list),
--- KEYS[4] the session's task set
--- ARGV[1] task JSON, ARGV[2] TTL in ms, ARGV[3] task_id, ARGV[4] session_id
--- Returns {1} queued, {0} an existing task of this session updated in place (not queued
--- again), {-1} no such session, {-2, owner} the task id belongs to another session.
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local old = redis.call('GET', KEYS[2])
-if old then
-  local owner = cjson.decode(old)['session_id']
-  if owner ~= ARGV[4] then return {-2, tostring(owner)} end
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-  return {0}
+SAVE_SESSION_INDEXED = (
+    """
+-- INDEX_SESSION then SAVE_SESSION in one step, where both keys are on one server.
+-- KEYS[1] session key, KEYS[2] session index
+-- ARGV[1] expected version v, ARGV[2] session JSON already carrying version v+1,
+-- ARGV[3] TTL in ms, ARGV[4] session_id
+-- Returns as SAVE_SESSION.
+"""
+    + _NOW_MS
+    + _index_session("KEYS[2]", "ARGV[4]", "ARGV[3]")
+    + _SAVE_IF_VERSION
+)
+
+SESSION_IDS = (
+    """
+-- KEYS[1] session index
+-- Drops entries that have expired; returns the other ids, latest expiry first.
+"""
+    + _NOW_MS
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZREVRANGE', KEYS[1], 0, -1)
+"""
+)
+
+UNINDEX_SESSION = """
+-- KEYS[1] session index
+-- ARGV[1] session_id, ARGV[2] its score, read before its document was deleted
+-- Removes the entry only if its score is still ARGV[2]: a save since then has changed it,
+-- and that session's entry stays. Returns 1 if removed, else 0.
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-redis.call('LPUSH', KEYS[3], ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-redis.call('SADD', KEYS[4], ARGV[3])
-redis.call('PEXPIRE', KEYS[4], ARGV[2])
+return 0
+"""
+
+# -- tasks: KEYS[1] session key, KEYS[2] its tasks (hash: task_id -> JSON), KEYS[3] their
+# -- expiry (zset: task_id -> ms), KEYS[4] its task queue (list of task ids) ----------------
+_DROP_EXPIRED_TASKS = (
+    _NOW_MS
+    + """
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+for _, id in ipairs(expired) do redis.call('HDEL', KEYS[2], id) end
+if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now) end
+"""
+)
+
+SAVE_TASK = (
+    """
+-- KEYS[1] session key, KEYS[2] its tasks, KEYS[3] their expiry, KEYS[4] its task queue
+-- ARGV[1] task JSON, ARGV[2] TTL in ms, ARGV[3] task_id
+-- Stores the task until now + TTL and queues it, unless the session holds it already
+-- (then it is updated in place, not queued again). The three task keys live as long as
+-- the session's longest-lived task.
+-- Returns 1 queued, 0 updated in place, -1 no such session.
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+"""
+    + _DROP_EXPIRED_TASKS
+    + """
+local known = redis.call('HEXISTS', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[3])
+if known == 0 then redis.call('LPUSH', KEYS[4], ARGV[3]) end
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+redis.call('PEXPIREAT', KEYS[2], last)
+redis.call('PEXPIREAT', KEYS[3], last)
+redis.call('PEXPIREAT', KEYS[4], last)
+return 1 - known
+"""
+)
+
+GET_TASK = (
+    """
+-- KEYS[1] a session's tasks, KEYS[2] their expiry
+-- ARGV[1] task_id
+-- Returns the task's JSON, or nil if the session does not hold it or it has expired.
+"""
+    + _NOW_MS
+    + """
+local expires = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not expires or tonumber(expires) <= now then return false end
+return redis.call('HGET', KEYS[1], ARGV[1])
+"""
+)
+
+NEXT_TASK = (
+    """
+-- KEYS[1] session key, KEYS[2] its tasks, KEYS[3] their expiry, KEYS[4] its task queue
+-- Pops the oldest queued id whose task has not expired; ids of expired tasks are dropped.
+-- Returns {1, task JSON}, {0} when the queue is empty, {-1} no such session.
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+"""
+    + _DROP_EXPIRED_TASKS
+    + """
+while true do
+  local id = redis.call('RPOP', KEYS[4])
+  if not id then return {0} end
+  local body = redis.call('HGET', KEYS[2], id)
+  if body then return {1, body} end
+end
+"""
+)
+
+LIST_TASKS = (
+    """
+-- KEYS[1] session key, KEYS[2] its tasks, KEYS[3] their expiry, KEYS[4] its task queue
+-- Returns {1, task JSON...} oldest first, skipping tasks that have expired, or {-1} if
+-- there is no such session.
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+"""
+    + _DROP_EXPIRED_TASKS
+    + """
+local out = {1}
+local ids = redis.call('LRANGE', KEYS[4], 0, -1)
+for i = #ids, 1, -1 do
+  local body = redis.call('HGET', KEYS[2], ids[i])
+  if body then out[#out + 1] = body end
+end
+return out
+"""
+)
+
+DELETE_SESSION = (
+    """
+-- KEYS[1] session key, KEYS[2] its tasks, KEYS[3] their expiry, KEYS[4] its task queue
+-- Deletes all four. Returns {-1} if none exists, else {the number of tasks deleted that
+-- had not expired, then the id of every task the session held}.
+if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then return {-1} end
+"""
+    + _NOW_MS
+    + """
+local out = {redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')}
+for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do out[#out + 1] = id end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return out
+"""
+)
+
+CLAIM_TASK = """
+-- KEYS[1] a task's lookup (the id of the session that holds it)
+-- ARGV[1] session_id, ARGV[2] TTL in ms, ARGV[3] a session found not to hold the task
+-- ('' for none)
+-- Names ARGV[1] as the task's session for TTL ms, unless another session (other than
+-- ARGV[3]) is named. Returns {1} named, {0, the session named}.
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] and owner ~= ARGV[3] then return {0, owner} end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1}
 """
 
-NEXT_TASK = """
--- KEYS[1] session key, KEYS[2] the session's task queue (list), KEYS[3] its task set
--- ARGV[1] task key base ("<prefix>:task:")
--- Pops the oldest queued id whose task still exists; ids of expired tasks are dropped.
--- Returns {1, task JSON}, {0} when the queue is empty, {-1} no such session.
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-while true do
-  local id = redis.call('RPOP', KEYS[2])
-  if not id then return {0} end
-  local body = redis.call('GET', ARGV[1] .. id)
-  if body then return {1, body} end
-  redis.call('SREM', KEYS[3], id)
-end
+RELEASE_TASK = """
+-- KEYS[1] a task's lookup
+-- ARGV[1] session_id
+-- Deletes the lookup if it names ARGV[1]. Returns 1 if deleted, else 0.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """
 
-DELETE_SESSION = """
--- KEYS[1] session key, KEYS[2] its task queue, KEYS[3] its task set, KEYS[4] session index
--- ARGV[1] task key base ("<prefix>:task:"), ARGV[2] session_id
--- Returns the number of task documents deleted, or -1 if nothing of the session exists.
-if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) == 0 then return -1 end
-local deleted = 0
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  deleted = deleted + redis.call('DEL', ARGV[1] .. id)
-end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('ZREM', KEYS[4], ARGV[2])
-return deleted
-"""
-
+# -- reviews: every review of a prefix and its review queue share one slot ------------
 SAVE_REVIEW = (
     """
 -- KEYS[1] review key, KEYS[2] review queue (zset: review_id -> expires_at, ms)
--- ARGV[1] review JSON, ARGV[2] expires_at in Unix ms, ARGV[3] review_id
--- Drops queue entries that have expired, stores the review until expires_at, queues it.
--- Returns 1.
+-- ARGV[1] review JSON, ARGV[2] expires_at in Unix ms, ARGV[3] review_id,
+-- ARGV[4] "1" if the review is pending, "0" if it carries a decision
+-- Drops queue entries that have expired, stores the review until expires_at, and
+-- queues it if pending (a decided one is taken out of the queue). Returns 1.
 """
     + _NOW_MS
     + """
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+if ARGV[4] == '1' then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+else
+  redis.call('ZREM', KEYS[2], ARGV[3])
+end
 return 1
 """
 )
 
-LIST_INDEXED = (
+REVIEW_IDS = (
     """
--- KEYS[1] an index (zset: id -> expiry, ms)
--- ARGV[1] document key base ("<prefix>:session:" or "<prefix>:review:"),
--- ARGV[2] most documents to return (0: all), ARGV[3] "1" for latest expiry first
--- Drops index entries that have expired or whose document is gone, then returns the
--- documents in index order.
+-- KEYS[1] review queue
+-- Drops entries that have expired; returns the other ids, soonest expires_at first.
 """
     + _NOW_MS
     + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local ids
-if ARGV[3] == '1' then
-  ids = redis.call('ZREVRANGE', KEYS[1], 0, -1)
-else
-  ids = redis.call('ZRANGE', KEYS[1], 0, -1)
-end
-local limit = tonumber(ARGV[2])
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+"""
+)
+
+READ_REVIEWS = """
+-- KEYS[1] review queue, KEYS[2..] review keys
+-- ARGV[i] the review_id of KEYS[i + 1]
+-- Returns the JSON of each review still stored, in order; the queue entries of the others
+-- are removed.
 local out = {}
-for _, id in ipairs(ids) do
-  local body = redis.call('GET', ARGV[1] .. id)
+for i = 2, #KEYS do
+  local body = redis.call('GET', KEYS[i])
   if body then
     out[#out + 1] = body
-    if limit > 0 and #out >= limit then break end
   else
-    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[1], ARGV[i - 1])
   end
 end
 return out
 """
-)
+
+REMOVE_REVIEW = """
+-- KEYS[1] review key, KEYS[2] review queue
+-- ARGV[1] review_id
+-- Returns 1 if the review or its queue entry existed (both are gone now), else 0.
+local gone = redis.call('DEL', KEYS[1]) + redis.call('ZREM', KEYS[2], ARGV[1])
+if gone > 0 then return 1 end
+return 0
+"""
+
+DECIDE_REVIEW = """
+-- KEYS[1] review key, KEYS[2] review queue
+-- ARGV[1] the review JSON the decision was made on, ARGV[2] the decided review JSON,
+-- ARGV[3] expires_at in Unix ms, ARGV[4] review_id
+-- Compare-and-set: writes ARGV[2] only if the stored review is still exactly ARGV[1]
+-- (the caller checked it was undecided), keeping its expiry, and takes it out of the
+-- queue. Returns {1} decided, {0, stored JSON} the review changed since it was read
+-- (decided by someone else, or saved again), {-1} no such review.
+local current = redis.call('GET', KEYS[1])
+if not current then return {-1} end
+if current ~= ARGV[1] then return {0, current} end
+redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
+redis.call('ZREM', KEYS[2], ARGV[4])
+return {1}
+"""
+
+SCRIPTS = {
+    "save_session": SAVE_SESSION,
+    "index_session": INDEX_SESSION,
+    "save_session_indexed": SAVE_SESSION_INDEXED,
+    "session_ids": SESSION_IDS,
+    "unindex_session": UNINDEX_SESSION,
+    "save_task": SAVE_TASK,
+    "get_task": GET_TASK,
+    "next_task": NEXT_TASK,
+    "list_tasks": LIST_TASKS,
+    "delete_session": DELETE_SESSION,
+    "claim_task": CLAIM_TASK,
+    "release_task": RELEASE_TASK,
+    "save_review": SAVE_REVIEW,
+    "review_ids": REVIEW_IDS,
+    "read_reviews": READ_REVIEWS,
+    "remove_review": REMOVE_REVIEW,
+    "decide_review": DECIDE_REVIEW,
+}
+"""Every script by the name an operation's ``Run`` gives; each shell registers them all."""

@@ -251,6 +251,68 @@ MIGRATIONS: list[str] = [
         END
     $$;
     """,
+    # 7: the runtime. Analyses become a queue: a ``running`` analysis without a live lease
+    #    is claimable (``FOR UPDATE SKIP LOCKED``); a lease names its owner run, the
+    #    owner process's liveness lock and when it lapses. Results of finished agents,
+    #    a timeline of events, intents of at-most-once steps, and reviews.
+    """
+    ALTER TABLE analyses ADD COLUMN definition VARCHAR(128), ADD COLUMN input JSONB,
+        ADD COLUMN lease_owner TEXT, ADD COLUMN lease_key INT,
+        ADD COLUMN lease_expires TIMESTAMPTZ;
+    CREATE INDEX idx_analyses_queue ON analyses (created_at) WHERE status = 'running';
+    CREATE TABLE analysis_results (
+        analysis_id UUID NOT NULL REFERENCES analyses (analysis_id) ON DELETE CASCADE,
+        agent_id VARCHAR(128) NOT NULL,
+        agent_type VARCHAR(128) NOT NULL,
+        status VARCHAR(32) NOT NULL,
+        result JSONB,
+        steps TEXT[] NOT NULL DEFAULT '{}',
+        finished_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+        PRIMARY KEY (analysis_id, agent_id)
+    );
+    CREATE TABLE analysis_events (
+        id BIGSERIAL PRIMARY KEY,
+        analysis_id UUID NOT NULL REFERENCES analyses (analysis_id) ON DELETE CASCADE,
+        at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+        kind VARCHAR(32) NOT NULL,
+        by TEXT,
+        detail JSONB
+    );
+    CREATE INDEX idx_events_analysis ON analysis_events (analysis_id, id);
+    CREATE TABLE step_intents (
+        step_id UUID PRIMARY KEY,
+        analysis_id UUID NOT NULL REFERENCES analyses (analysis_id) ON DELETE CASCADE,
+        agent_id VARCHAR(128) NOT NULL,
+        agent_type VARCHAR(128) NOT NULL,
+        step_key TEXT NOT NULL,
+        fn TEXT NOT NULL,
+        status VARCHAR(16) NOT NULL DEFAULT 'started',
+        result JSONB,
+        started_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+        resolved_at TIMESTAMPTZ,
+        resolved_by TEXT,
+        UNIQUE (analysis_id, agent_id, step_key)
+    );
+    CREATE INDEX idx_step_intents_open ON step_intents (started_at) WHERE status = 'started';
+    CREATE TABLE reviews (
+        review_id UUID PRIMARY KEY,
+        analysis_id UUID NOT NULL REFERENCES analyses (analysis_id) ON DELETE CASCADE,
+        agent_id VARCHAR(128) NOT NULL,
+        agent_type VARCHAR(128) NOT NULL,
+        step_key TEXT NOT NULL,
+        kind VARCHAR(128) NOT NULL,
+        payload JSONB NOT NULL,
+        deadline TIMESTAMPTZ,
+        on_deadline VARCHAR(16) NOT NULL,
+        status VARCHAR(16) NOT NULL DEFAULT 'pending',
+        decision JSONB,
+        decided_by TEXT,
+        decided_at TIMESTAMPTZ,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+        UNIQUE (analysis_id, agent_id, step_key)
+    );
+    CREATE INDEX idx_reviews_pending ON reviews (deadline) WHERE status = 'pending';
+    """,
 ]
 
 

@@ -36,15 +36,25 @@ SELECT %(checkpoint_id)s::uuid, %(seq)s::bigint, %(writer)s::text, %(stock_ticke
 WHERE NOT EXISTS (
     SELECT 1 FROM agent_checkpoints
     WHERE analysis_id = %(analysis_id)s AND agent_type = %(agent_type)s AND seq >= %(seq)s)
+AND NOT EXISTS (
+    SELECT 1 FROM analyses WHERE analysis_id = %(analysis_id)s
+    AND lease_owner IS NOT NULL AND lease_owner <> %(writer)s)
 ON CONFLICT (analysis_id, agent_type, seq) DO NOTHING
-RETURNING id
+RETURNING id, (SELECT status FROM analyses WHERE analysis_id = %(analysis_id)s)
 """
-"""Add checkpoint ``seq`` unless it or a later one exists: a row back means it was written."""
+"""Add checkpoint ``seq`` unless it or a later one exists, or another run holds the
+analysis's lease (a writer whose lease was taken over is fenced off here, in the same
+statement): a row back means it was written, with the analysis's status beside it."""
 
 NEWEST_SEQ = """
 SELECT seq FROM agent_checkpoints WHERE analysis_id = %s AND agent_type = %s
 ORDER BY seq DESC LIMIT 1
 """
+
+HEADS = """
+SELECT agent_type, max(seq) FROM agent_checkpoints WHERE analysis_id = %s GROUP BY agent_type
+"""
+"""Each agent's newest sequence in one analysis (an agent with none is not listed)."""
 
 NEWEST_CHECKPOINT = """
 SELECT seq, checkpoint_id, CASE WHEN seq = %s THEN NULL ELSE state END, state_sha256, state_size
@@ -92,15 +102,28 @@ SELECT max(l1_snapshot_seq) FROM agent_checkpoints
 WHERE agent_id = %s AND l1_snapshot IS NOT NULL
 """
 
-CHECKPOINT_SUMMARIES = """
-SELECT checkpoint_id, analysis_id, agent_type, seq, writer, checkpoint_time, progress_pct,
-    current_subtask, cardinality(completed_subtasks) AS done,
+_SUMMARY_COLUMNS = """checkpoint_id, analysis_id, agent_type, seq, writer, checkpoint_time,
+    progress_pct, current_subtask, cardinality(completed_subtasks) AS done,
     cardinality(completed_subtasks) + cardinality(pending_subtasks) AS total,
-    failure_reason, retry_count, agent_version, l1_snapshot IS NOT NULL AS dual
-FROM agent_checkpoints {where} ORDER BY id DESC LIMIT %s
+    failure_reason, retry_count, agent_version, l1_snapshot IS NOT NULL AS dual"""
+
+CHECKPOINT_SUMMARIES = f"""
+SELECT {_SUMMARY_COLUMNS} FROM agent_checkpoints {{where}} ORDER BY id DESC LIMIT %s
 """
 
+LATEST_CHECKPOINTS = f"""
+SELECT DISTINCT ON (agent_type) {_SUMMARY_COLUMNS}, completed_subtasks AS steps
+FROM agent_checkpoints WHERE analysis_id = %s ORDER BY agent_type, id DESC
+"""
+"""Each agent type's newest checkpoint of an analysis, as a summary with its steps done."""
+
 COUNT_CHECKPOINTS = "SELECT count(*) FROM agent_checkpoints WHERE analysis_id = %s"
+
+CHECKPOINT_IDS_LIKE = """
+SELECT checkpoint_id::text FROM agent_checkpoints WHERE checkpoint_id::text LIKE %s ESCAPE '\\'
+ORDER BY 1 LIMIT %s
+"""
+"""Checkpoint ids that start with a prefix (a ``like_prefix`` pattern), a few."""
 
 ARCHIVE_CHECKPOINTS = f"""
 INSERT INTO agent_checkpoints_archive ({_CHECKPOINT_COLUMNS}, created_at, archived_at)
@@ -113,12 +136,16 @@ STATUSES = ("running", "paused", "completed", "failed", "expired")
 """running → paused ⇄ running → completed | failed; paused past its limit → expired."""
 
 # -- analyses ------------------------------------------------------------------------------
-ANALYSIS_COLUMNS = "analysis_id, stock_ticker, agents, status, preserve, created_at, updated_at"
+ANALYSIS_COLUMNS = (
+    "analysis_id, stock_ticker, agents, status, preserve, created_at, updated_at, definition,"
+    " input, lease_owner"
+)
 
 INSERT_ANALYSIS = """
-INSERT INTO analyses (analysis_id, stock_ticker, agents, status, preserve)
-VALUES (%s, %s, %s, 'running', %s)
+INSERT INTO analyses (analysis_id, stock_ticker, agents, status, preserve, definition, input)
+VALUES (%s, %s, %s, 'running', %s, %s, %s)
 """
+"""A new analysis, ``running`` and unleased: queued for the first claimer."""
 
 ANALYSIS = f"SELECT {ANALYSIS_COLUMNS} FROM analyses WHERE analysis_id = %s"
 
@@ -134,6 +161,26 @@ RETURNING status
 
 SET_PRESERVE = "UPDATE analyses SET preserve = %s WHERE analysis_id = %s"
 
+ANALYSIS_IDS_LIKE = """
+SELECT analysis_id::text FROM analyses WHERE analysis_id::text LIKE %s ESCAPE '\\'
+ORDER BY 1 LIMIT %s
+"""
+"""Analysis ids that start with a prefix (a ``like_prefix`` pattern), a few."""
+
+AGENT_IDS_LIKE = """
+SELECT DISTINCT e->>'agent_id' FROM analyses, jsonb_array_elements(agents) e
+WHERE e->>'agent_id' LIKE %s ESCAPE '\\' ORDER BY 1 LIMIT %s
+"""
+"""Agent ids (of any analysis) that start with a prefix, a few."""
+
+STATUS_COUNTS = "SELECT status, count(*) FROM analyses GROUP BY status"
+
+RECENT_FAILURES = f"""
+SELECT {ANALYSIS_COLUMNS} FROM analyses WHERE status = 'failed' AND updated_at >= %s
+ORDER BY updated_at DESC LIMIT %s
+"""
+"""Analyses that failed since a time, newest first."""
+
 PAUSED_BEFORE = "SELECT analysis_id FROM analyses WHERE status = 'paused' AND updated_at < %s"
 
 DOOMED = """
@@ -143,16 +190,96 @@ AND EXISTS (SELECT 1 FROM agent_checkpoints c WHERE c.analysis_id = a.analysis_i
 """
 """Analyses whose checkpoints retention may delete."""
 
-RUNNER_LOCK_SPACE = 0x616D62
-"""Advisory lock namespace of analysis runners: one runner per analysis."""
+LIVENESS_SPACE = 0x616D62
+"""Advisory lock namespace of live processes: each process that holds leases holds one
+session lock ``(LIVENESS_SPACE, key)`` on a connection of its own, for its life. When
+the process dies PostgreSQL sees the connection close and frees it: its leases lapse at
+once instead of when they expire."""
 
-TRY_RUNNER_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s))"
-RUNNER_UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(%s))"
-RUNNER_HELD = """
-SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-    AND classid = %s AND objid = hashtext(%s)::oid AND objsubid = 2)
+_LIVE_KEYS = """ARRAY(SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted
+    AND classid = %(space)s::oid AND objsubid = 2)"""
+
+_CLAIMABLE = f"""(a.lease_owner IS NULL OR a.lease_expires < NOW()
+    OR a.lease_key IS NULL OR a.lease_key::bigint <> ALL ({_LIVE_KEYS}))"""
+
+NO_LIVE_LEASE = _CLAIMABLE
+"""The condition on an analysis row ``a`` (with ``%(space)s`` = ``LIVENESS_SPACE``) that
+no live run holds it: what claims, ``has_runner`` and in-doubt listings all ask."""
+"""No live lease: never leased, released, expired, or its owner process is gone."""
+
+CLAIM = f"""
+UPDATE analyses a SET lease_owner = %(owner)s, lease_key = %(key)s,
+    lease_expires = NOW() + make_interval(secs => %(lease)s)
+FROM (SELECT analysis_id, lease_owner FROM analyses WHERE analysis_id = %(aid)s FOR UPDATE) p
+WHERE a.analysis_id = p.analysis_id AND (a.lease_owner = %(owner)s OR {_CLAIMABLE})
+RETURNING a.status, p.lease_owner
 """
-"""Whether a live session holds an analysis's runner lock (its process is alive)."""
+"""Lease one analysis, whatever its status, unless a live owner holds it: (status, the
+owner before); no row back means it is held. The row lock orders two claimers."""
+
+CLAIM_NEXT = f"""
+UPDATE analyses a SET lease_owner = %(owner)s || ':' || substr(md5(random()::text), 1, 8),
+    lease_key = %(key)s,
+    lease_expires = NOW() + make_interval(secs => %(lease)s)
+FROM (SELECT c.analysis_id, c.lease_owner FROM analyses c
+      WHERE c.status = 'running' AND (c.lease_owner IS NULL OR c.lease_expires < NOW()
+          OR c.lease_key IS NULL OR c.lease_key::bigint <> ALL ({_LIVE_KEYS}))
+        AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(c.agents) e
+                        WHERE NOT (e->>'agent_type' = ANY(%(known)s)))
+        AND NOT (c.analysis_id::text = ANY(%(skip)s))
+      ORDER BY c.created_at LIMIT %(n)s FOR UPDATE SKIP LOCKED) p
+WHERE a.analysis_id = p.analysis_id
+RETURNING a.analysis_id, a.lease_owner, p.lease_owner
+"""
+"""Lease up to ``n`` queued analyses whose agents this worker knows, oldest first; rows
+another worker is claiming are skipped, not waited for. Each lease's owner is
+``owner:token``, new for every claim: one run, one owner, so a run whose lease lapsed is
+fenced off even from a later run of the same worker."""
+
+RENEW = """
+UPDATE analyses SET lease_expires = NOW() + make_interval(secs => %(lease)s)
+WHERE lease_owner = ANY(%(owners)s) RETURNING lease_owner, status
+"""
+"""Extend every lease this process still holds; a lease missing from the answer was lost."""
+
+RELEASE = """
+UPDATE analyses SET lease_owner = NULL, lease_key = NULL, lease_expires = NULL
+WHERE analysis_id = %s AND lease_owner = %s
+"""
+
+LEASE_HELD = f"""
+SELECT a.lease_owner FROM analyses a WHERE a.analysis_id = %(aid)s AND a.lease_owner IS NOT NULL
+    AND NOT {_CLAIMABLE}
+"""
+"""The owner of a live lease on the analysis, if one is held."""
+
+QUEUED_COUNT = f"SELECT count(*) FROM analyses a WHERE a.status = 'running' AND {_CLAIMABLE}"
+"""Running analyses no live run holds: queued for a worker."""
+
+IN_FLIGHT_COUNT = f"SELECT count(*) FROM analyses a WHERE a.status = 'running' AND NOT {_CLAIMABLE}"
+"""Running analyses a live run holds: runs in flight."""
+
+LIVENESS_LOCK = "SELECT pg_try_advisory_lock(%s, %s)"
+
+# -- analysis_results and analysis_events --------------------------------------------------
+SAVE_RESULT = """
+INSERT INTO analysis_results (analysis_id, agent_id, agent_type, status, result, steps)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (analysis_id, agent_id) DO UPDATE SET status = EXCLUDED.status,
+    result = EXCLUDED.result, steps = EXCLUDED.steps, finished_at = NOW()
+"""
+"""An agent's outcome, kept after its checkpoints are purged; written again on a rerun."""
+
+RESULTS = """
+SELECT agent_type, agent_id, status, result, steps, finished_at FROM analysis_results
+WHERE analysis_id = %s ORDER BY agent_type
+"""
+
+DELETE_RESULTS = "DELETE FROM analysis_results WHERE analysis_id = %s"
+
+ADD_EVENT = "INSERT INTO analysis_events (analysis_id, kind, by, detail) VALUES (%s, %s, %s, %s)"
+
+EVENTS = "SELECT at, kind, by, detail FROM analysis_events WHERE analysis_id = %s ORDER BY id"
 
 # -- analysis_pauses -----------------------------------------------------------------------
 INSERT_PAUSE = """
@@ -185,7 +312,8 @@ WHERE analysis_id = %s AND resumed_at IS NULL
 """
 
 PAUSES = """
-SELECT reason, paused_by, paused_at, frozen_at, agents, resumed_at, resumed_by, error
+SELECT reason, paused_by, paused_at, frozen_at, agents, resumed_at, resumed_by, error,
+    resume_report
 FROM analysis_pauses WHERE analysis_id = %s ORDER BY id
 """
 
@@ -195,3 +323,9 @@ UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_hash = %s, l1_snapsho
 WHERE checkpoint_id = %s
 """
 """Store an L1 snapshot with an existing checkpoint (``snapshot_on_checkpoint``)."""
+
+
+def like_prefix(prefix: str) -> str:
+    """A ``LIKE ... ESCAPE '\\'`` pattern matching text that starts with ``prefix``."""
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"

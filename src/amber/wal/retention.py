@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,8 +66,10 @@ def compact(
     retention: float = defaults.CHECKPOINT_RETENTION,
     keep: int = defaults.CHECKPOINT_KEEP,
     temp_age: float = STALE_TEMP_SECONDS,
+    removed: Callable[[Path], None] | None = None,
 ) -> Compaction:
-    """Apply the retention rule to a store directory; return what was removed.
+    """Apply the retention rule to a store directory; return what was removed
+    (``removed(path)`` is called after each file it deletes).
 
     Segments are planned from the files on disk; a live ``WriteAheadLog`` does
     the same through ``drop_through`` (``StateStore`` uses that).
@@ -75,11 +78,15 @@ def compact(
     done = Compaction()
     ckpts = checkpoint_dir(directory)
     if ckpts.is_dir():
-        done.checkpoints = expire_checkpoints(ckpts, now=now, retention=retention, keep=keep)
+        done.checkpoints = expire_checkpoints(
+            ckpts, now=now, retention=retention, keep=keep, removed=removed
+        )
         for tmp in list_temp_files(ckpts):
             if now - tmp.stat().st_mtime > temp_age:
                 tmp.unlink(missing_ok=True)
                 done.temp_files.append(tmp)
+                if removed:
+                    removed(tmp)
         kept = list_checkpoints(ckpts)
         wals = wal_dir(directory)
         if kept and wals.is_dir():
@@ -88,12 +95,21 @@ def compact(
                 path = segment_path(wals, first)
                 path.unlink(missing_ok=True)
                 done.segments.append(path)
+                if removed:
+                    removed(path)
             if done.segments:
                 fsync_dir(wals)
     return done
 
 
-def expire_checkpoints(ckpts: Path, *, now: float, retention: float, keep: int) -> list[Path]:
+def expire_checkpoints(
+    ckpts: Path,
+    *,
+    now: float,
+    retention: float,
+    keep: int,
+    removed: Callable[[Path], None] | None = None,
+) -> list[Path]:
     """Delete checkpoints past retention (keeping the newest ``keep``); return them."""
     paths = list_checkpoints(ckpts)
     times = [checkpoint_time(p) for p in paths]
@@ -101,6 +117,8 @@ def expire_checkpoints(ckpts: Path, *, now: float, retention: float, keep: int) 
     for path in expired:
         path.unlink(missing_ok=True)
         logger.info("deleted expired checkpoint %s", path)
+        if removed:
+            removed(path)
     if expired:
         fsync_dir(ckpts)
     return expired

@@ -7,10 +7,12 @@ import fcntl
 import itertools
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from amber import observe
 from amber.errors import WalCorruption, WalError
 from amber.wal.format import Entry, Scan, decode_frame, scan_frames, valid_frame_after
 
@@ -74,10 +76,12 @@ def write_all(fd: int, data: bytes | memoryview, what: Path) -> None:
 
 def fsync_fd(fd: int, what: Path) -> None:
     """fsync or raise ``WalError`` naming the file."""
+    t0 = time.perf_counter()
     try:
         os.fsync(fd)
     except OSError as exc:
         raise WalError(f"fsync failed: {exc.strerror}", file=str(what), errno=exc.errno) from None
+    observe.emit(observe.WAL_FSYNC, time.perf_counter() - t0)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -12,7 +12,9 @@ from typing import Any
 
 import orjson
 
-from amber.agents.base import BaseAgent
+from amber.agents.base import ApiClient, BaseAgent
+from amber.examples.market import MarketDataClient
+from amber.memory.working import AgentMemory
 
 YEARS = tuple(range(2015, 2025))
 
@@ -21,7 +23,21 @@ def _pct(x: float) -> float:
     return round(x, 4)
 
 
-class FinancialAnalyst(BaseAgent):
+class ExampleAnalyst(BaseAgent):
+    """An analyst on the sample market data: without a ``market`` it gets its own client."""
+
+    def __init__(
+        self,
+        analysis_id: str,
+        stock_ticker: str,
+        l1_cache: AgentMemory,
+        market: ApiClient | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(analysis_id, stock_ticker, l1_cache, market or MarketDataClient(), config)
+
+
+class FinancialAnalyst(ExampleAnalyst):
     """Parses filings, computes ratios, compares with peers, flags red flags."""
 
     agent_type = "financial_analyst"
@@ -85,7 +101,7 @@ class FinancialAnalyst(BaseAgent):
         raise ValueError(f"unknown subtask {name!r}")
 
 
-class StrategyAnalyst(BaseAgent):
+class StrategyAnalyst(ExampleAnalyst):
     """Historical ROI, M&A review, management compensation, capital allocation score."""
 
     agent_type = "strategy_analyst"
@@ -140,7 +156,7 @@ class StrategyAnalyst(BaseAgent):
         raise ValueError(f"unknown subtask {name!r}")
 
 
-class ValuationAgent(BaseAgent):
+class ValuationAgent(ExampleAnalyst):
     """A discounted cash flow valuation in five steps."""
 
     agent_type = "valuation_agent"

@@ -14,19 +14,14 @@ from importlib import resources
 from typing import Any
 
 from amber.errors import NotFound, QuotaExceeded
+from amber.keys import call_key
 
 
 @cache
 def sample_data() -> dict[str, Any]:
     """The illustrative financial data shipped with amber."""
-    text = resources.files("amber").joinpath("data/financials.json").read_text()
+    text = resources.files("amber.examples").joinpath("data/financials.json").read_text()
     return dict(json.loads(text))
-
-
-def call_key(provider: str, endpoint: str, params: dict[str, Any]) -> str:
-    """Canonical name of one call: ``provider:endpoint:k=v,...`` (params sorted)."""
-    args = ",".join(f"{k}={params[k]}" for k in sorted(params))
-    return f"{provider}:{endpoint}:{args}"
 
 
 class MarketDataClient:

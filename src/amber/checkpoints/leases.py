@@ -1,0 +1,260 @@
+"""Leases: which run owns an analysis, for how long, renewed by one heartbeat per process.
+
+A lease is three columns of the analysis's row (``schema/sql.py``): the owner run
+(``host:pid:token``), the owner process's liveness key and when it lapses. A process
+that holds leases holds one advisory lock of its own, on a connection of its own, for
+its life (``Liveness``): when it dies PostgreSQL frees the lock, and its leases are
+claimable at once rather than when they expire. No connection is held per lease or per
+run; the pool's connections are taken per statement.
+
+A run whose lease could not be renewed in time, or was taken over, learns so from
+``lost`` and stops at its next step; a write it still attempts is refused by the
+checkpoint insert's fence (the lease owner is checked in the same statement).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from amber.errors import StoreUnavailable
+from amber.schema import sql
+
+log = logging.getLogger("amber.leases")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A lease just taken: the analysis, the run that owns it, and the owner before."""
+
+    analysis_id: str
+    owner: str
+    prior: str | None
+    status: str = "running"
+
+    @property
+    def taken_over(self) -> bool:
+        """The analysis was leased by a run that died or let its lease lapse."""
+        return self.prior is not None
+
+
+class Liveness:
+    """This process's liveness lock: a connection of its own holding one advisory lock."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+        self.key = secrets.randbelow(2**31 - 2) + 1
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    def ensure(self, ping: bool = False) -> int:
+        """Hold the lock (reconnecting after a lost connection); returns its key.
+
+        With ``ping`` the connection is checked with a round trip first."""
+        with self._lock:
+            if self._conn is not None and not self._conn.closed and self._alive(ping):
+                return self.key
+            self._close()
+            try:
+                kwargs: dict[str, Any] = dict(cast(dict[str, Any], self.pool.kwargs))
+                kwargs["autocommit"] = True
+                self._conn = psycopg.connect(str(self.pool.conninfo), **kwargs)
+                row = self._conn.execute(
+                    sql.LIVENESS_LOCK, (sql.LIVENESS_SPACE, self.key)
+                ).fetchone()
+            except psycopg.Error as exc:
+                self._close()
+                raise StoreUnavailable(f"PostgreSQL liveness lock: {exc}".strip()) from None
+            if not (row and row[0]):  # another live process drew the same key
+                self._close()
+                self.key = secrets.randbelow(2**31 - 2) + 1
+                raise StoreUnavailable("liveness key in use; retry", key=self.key)
+            return self.key
+
+    def _alive(self, ping: bool) -> bool:
+        assert self._conn is not None
+        if not ping:
+            return True
+        try:
+            self._conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+        self._conn = None
+
+    def close(self) -> None:
+        """Give the lock up (this process's leases become claimable)."""
+        with self._lock:
+            self._close()
+
+
+class Leases:
+    """Claims, renews and releases analysis leases for one process."""
+
+    def __init__(self, pool: ConnectionPool, lease_seconds: float) -> None:
+        self.pg = pool
+        self.lease_seconds = lease_seconds
+        self.liveness = Liveness(pool)
+        self._held: dict[str, float] = {}
+        """Each held lease's owner, and when (monotonic) it was last known renewed."""
+        self.lost: set[str] = set()
+        """Owners whose lease this process failed to renew or found taken over."""
+        self.statuses: dict[str, str] = {}
+        """Each held lease's analysis status, as of the last heartbeat."""
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._closed = False
+
+    # -- claiming -------------------------------------------------------------------------
+    def claim(self, analysis_id: str, owner: str) -> Claim | None:
+        """Lease one analysis for ``owner``, or None when a live run holds it."""
+        key = self._key()
+        params = {
+            "owner": owner,
+            "key": key,
+            "lease": self.lease_seconds,
+            "aid": analysis_id,
+            "space": sql.LIVENESS_SPACE,
+        }
+        with self.pg.connection() as conn:
+            row = conn.execute(sql.CLAIM, params).fetchone()
+        if row is None:
+            return None
+        self._hold(owner)
+        prior = row[1] if row[1] and row[1] != owner else None
+        return Claim(analysis_id, owner, prior, str(row[0]))
+
+    def claim_next(
+        self, owner: str, n: int, known: list[str], skip: list[str] | None = None
+    ) -> list[Claim]:
+        """Lease up to ``n`` queued analyses whose agent types are all in ``known``, but
+        none in ``skip``."""
+        if n <= 0:
+            return []
+        params = {
+            "owner": owner,
+            "key": self._key(),
+            "lease": self.lease_seconds,
+            "n": n,
+            "known": known,
+            "skip": skip or [],
+            "space": sql.LIVENESS_SPACE,
+        }
+        with self.pg.connection() as conn:
+            rows = conn.execute(sql.CLAIM_NEXT, params).fetchall()
+        claims = [Claim(str(r[0]), str(r[1]), r[2]) for r in rows]
+        for c in claims:
+            self._hold(c.owner)
+        return claims
+
+    def release(self, analysis_id: str, owner: str) -> None:
+        """Give the lease back (a no-op if it is no longer ours)."""
+        with self._lock:
+            self._held.pop(owner, None)
+            self.lost.discard(owner)
+            self.statuses.pop(owner, None)
+        with self.pg.connection() as conn:
+            conn.execute(sql.RELEASE, (analysis_id, owner))
+
+    def holder(self, analysis_id: str) -> str | None:
+        """The run holding a live lease on the analysis, if any."""
+        with self.pg.connection() as conn:
+            row = conn.execute(
+                sql.LEASE_HELD, {"aid": analysis_id, "space": sql.LIVENESS_SPACE}
+            ).fetchone()
+        return str(row[0]) if row else None
+
+    def _key(self) -> int:
+        # checked with a round trip: after a PostgreSQL restart the connection looks open
+        # but its lock is gone, and a lease naming it would be claimable by anyone
+        for _ in range(3):
+            try:
+                return self.liveness.ensure(ping=True)
+            except StoreUnavailable as exc:
+                if "key" not in exc.context:
+                    raise
+        return self.liveness.ensure(ping=True)
+
+    # -- the heartbeat --------------------------------------------------------------------
+    def _hold(self, owner: str) -> None:
+        with self._lock:
+            self._held[owner] = time.monotonic()
+            self.lost.discard(owner)
+            if self._beat is None or not self._beat.is_alive():
+                self._beat = threading.Thread(target=self._run, name="amber-heartbeat", daemon=True)
+                self._beat.start()
+
+    def _run(self) -> None:
+        interval = max(self.lease_seconds / 3, 0.05)
+        while not self._closed:
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._closed:
+                return
+            try:
+                self.renew()
+            except Exception as exc:  # PostgreSQL away: leases lapse; runs stop at a step
+                log.warning("lease heartbeat failed: %s", exc)
+
+    def renew(self) -> None:
+        """Extend every held lease now; a lease not extended is recorded in ``lost``."""
+        with self._lock:
+            owners = sorted(self._held)
+        if not owners:
+            return
+        started = time.monotonic()
+        self.liveness.ensure(ping=True)  # a dropped liveness connection is re-made first
+        with self.pg.connection() as conn:
+            rows = conn.execute(
+                sql.RENEW, {"lease": self.lease_seconds, "owners": owners}
+            ).fetchall()
+        renewed = {str(r[0]): str(r[1]) for r in rows}
+        with self._lock:
+            for owner in owners:
+                if owner not in self._held:
+                    continue
+                if owner in renewed:
+                    self.statuses[owner] = renewed[owner]
+                    self._held[owner] = started
+                else:
+                    self.lost.add(owner)
+
+    def is_lost(self, owner: str) -> bool:
+        """Whether the run's lease was found lost, or not renewed for a lease length."""
+        with self._lock:
+            renewed = self._held.get(owner)
+            return owner in self.lost or (
+                renewed is not None and time.monotonic() - renewed > self.lease_seconds
+            )
+
+    def close(self) -> None:
+        """Stop the heartbeat and give up the liveness lock (held leases lapse)."""
+        self._closed = True
+        self._wake.set()
+        if self._beat is not None and self._beat is not threading.current_thread():
+            self._beat.join(timeout=5)
+        self.liveness.close()
+
+
+def wait_for(claim: Any, wait: float) -> Any:
+    """Call ``claim()`` until it returns something or ``wait`` seconds have passed."""
+    deadline = time.monotonic() + wait
+    while True:
+        got = claim()
+        if got is not None or time.monotonic() >= deadline:
+            return got
+        time.sleep(0.05)

@@ -1,0 +1,103 @@
+"""How commands print: tables that keep ids whole, ``--json``, and progress bars.
+
+A table's id columns never wrap or shrink; its free-text columns wrap (nothing is cut).
+When the terminal is too narrow for the ids and a little of everything else, each row
+is printed as a record of ``name  value`` lines instead, its long values wrapped.
+``--json`` prints with orjson, keys sorted. Progress bars go to stderr, only on a
+terminal and never with ``--json``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import orjson
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from amber.cli.app import console, err_console
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (sorted keys) instead of text.")]
+AnalysisFilter = Annotated[
+    str | None, typer.Option(help="Only this analysis (id or unique prefix).")
+]
+
+NARROWEST_TEXT = 10
+"""Fewest characters a wrapping column is given before a table turns into records."""
+
+
+def print_json(doc: object) -> None:
+    """Print ``doc`` as indented JSON, keys sorted; datetimes as RFC 3339."""
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    sys.stdout.write(orjson.dumps(doc, default=str, option=options).decode() + "\n")
+    sys.stdout.flush()
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column: ``id`` (never wrapped or cut), ``short`` (a few words) or ``text``."""
+
+    name: str
+    kind: Literal["id", "short", "text"] = "short"
+
+
+def table(columns: Sequence[Col], rows: Sequence[Sequence[str]], title: str | None = None) -> None:
+    """Print rows as a table that fits the terminal with every id whole, or as records."""
+    widths = [
+        max([len(c.name), *(max(map(len, r[i].splitlines() or [""])) for r in rows)])
+        for i, c in enumerate(columns)
+    ]
+    least = len(columns) + 1  # borders
+    for c, w in zip(columns, widths, strict=True):
+        least += 2 + (w if c.kind == "id" else min(w, max(len(c.name), NARROWEST_TEXT)))
+    if rows and least > console.width:
+        _records(columns, rows, title)
+        return
+    t = Table(title=title)
+    for c, w in zip(columns, widths, strict=True):
+        if c.kind == "id":
+            t.add_column(c.name, no_wrap=True, min_width=w, overflow="fold")
+        else:
+            t.add_column(c.name, overflow="fold", ratio=2 if c.kind == "text" else None)
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+
+
+def _records(columns: Sequence[Col], rows: Sequence[Sequence[str]], title: str | None) -> None:
+    if title:
+        console.print(title, highlight=False)
+    for n, r in enumerate(rows, 1):
+        console.print(Text(f"-- {n} of {len(rows)} --", style="dim"))
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for c, value in zip(columns, r, strict=True):
+            grid.add_row(c.name, value)
+        console.print(grid)
+
+
+def progress(quiet: bool = False) -> Progress:
+    """A progress display on stderr; silent when ``quiet`` or when stderr is no terminal."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=quiet or not err_console.is_terminal,
+    )

@@ -1,0 +1,384 @@
+"""``amber worker``, ``amber submit``, ``amber steps``, ``amber reviews approve|reject`` and
+``amber analyses show|retry``: the runtime from the command line.
+
+Every command that runs user code takes ``--app module:attr`` (or ``AMBER_APP``); without
+either it runs the example analysts (``amber.examples:app``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+import typer
+
+from amber import defaults
+from amber.cli import ids
+from amber.cli.app import OPTIONS, app, console, friendly
+from amber.cli.ids import uuid_prefix
+from amber.cli.output import AnalysisFilter, Col, JsonFlag, print_json, table
+from amber.cli.sessions import reviews_app
+from amber.errors import InvalidValue
+from amber.keys import check_reason
+
+if TYPE_CHECKING:
+    from amber.engines.stack import Stack
+    from amber.runtime.app import App
+
+DEFAULT_APP = "amber.examples:app"
+
+AppOption = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        envvar="AMBER_APP",
+        help=f"The application, as module:attr (default: {DEFAULT_APP}).",
+    ),
+]
+By = Annotated[str, typer.Option(help="Who does this (recorded on the timeline).")]
+AnalysisArg = Annotated[str, typer.Argument(help="An analysis id or a unique prefix of one.")]
+
+steps_app = typer.Typer(help="At-most-once steps left in doubt by a crash.", no_args_is_help=True)
+app.add_typer(steps_app, name="steps")
+
+
+def load(target: str | None) -> App:
+    """The app named by ``--app``/``AMBER_APP``, else the example analysts."""
+    from amber.runtime.app import load_app
+
+    return load_app(target or DEFAULT_APP)
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidValue(f"{what} is not JSON: {exc}", field=what) from None
+
+
+def _json_file(path: Path | None, what: str) -> Any:
+    if path is None:
+        return None
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise InvalidValue(f"{what} {path} is not JSON: {exc}", field=what) from None
+
+
+# -- worker and submit --------------------------------------------------------------------
+@app.command()
+@friendly
+def worker(
+    app_target: AppOption = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, max=10_000, help="Analyses run at once (AMBER_WORKER_CONCURRENCY)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each run.")] = False,
+) -> None:
+    """Claim and run queued analyses of the app until SIGTERM or Ctrl-C (which hand the
+    work back at the next step); run as many as you like, on any machine."""
+    from amber.runtime.worker import banner
+
+    application = load(app_target)
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(message)s",
+    )
+    with OPTIONS.stack() as stack:
+        w = application.worker(stack, concurrency)
+        w.install_signals()
+        console.print(banner(w.name, application.name, w.concurrency), highlight=False)
+        stats = w.run()
+    console.print(
+        f"worker {w.name} stopped: {stats.claimed} claimed ({stats.taken_over} taken over),"
+        f" {stats.finished} runs ended, {stats.errors} errors",
+        highlight=False,
+    )
+
+
+@app.command()
+@friendly
+def submit(
+    definition: Annotated[str, typer.Argument(help="An analysis the app defines.")],
+    app_target: AppOption = None,
+    input_json: Annotated[
+        str | None, typer.Option("--input", help="The input, a JSON object.")
+    ] = None,
+    ticker: Annotated[str | None, typer.Option(help="The company's ticker.")] = None,
+    by: By = "cli",
+) -> None:
+    """Queue an analysis for the app's workers; prints its id."""
+    application = load(app_target)
+    doc = _json_arg(input_json, "input")
+    with OPTIONS.stack() as stack:
+        aid = application.submit(stack, definition, doc, ticker=ticker, by=check_reason(by, "by"))
+    console.print(aid, highlight=False)
+
+
+# -- analyses show | retry (registered by amber.cli.analyses) ------------------------------
+@friendly
+def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
+    """One analysis: each agent's result, steps and checkpoints, and its timeline."""
+    uuid_prefix(analysis_id, "analysis_id")
+    with OPTIONS.stack() as stack:
+        aid = ids.analysis_id(stack, analysis_id)
+        report = describe(stack, aid)
+    if as_json:
+        print_json(report)
+        return
+    console.print(
+        f"analysis {aid} · {report['status']} · {report['ticker'] or '-'}"
+        f" · {report['definition'] or '-'}",
+        highlight=False,
+    )
+    agents = []
+    for a in report["agents"]:
+        result = orjson.dumps(a["result"]).decode() if a["result"] is not None else "-"
+        agents.append(
+            [
+                a["agent_type"],
+                a["agent_id"],
+                a["status"],
+                ", ".join(a["steps"]) or "-",
+                str(a["checkpoints"]),
+                result if len(result) <= 200 else result[:197] + "...",
+            ]
+        )
+    table(
+        [
+            Col("agent"),
+            Col("agent id", "id"),
+            Col("status", "text"),
+            Col("steps", "text"),
+            Col("checkpoints"),
+            Col("result", "text"),
+        ],
+        agents,
+    )
+    events = []
+    for e in report["timeline"]:
+        detail = orjson.dumps(e["detail"]).decode() if e["detail"] else ""
+        events.append([e["at"].strftime("%Y-%m-%d %H:%M:%S"), e["kind"], e["by"] or "", detail])
+    table([Col("at"), Col("event"), Col("by", "id"), Col("detail", "text")], events)
+
+
+def describe(stack: Stack, aid: str) -> dict[str, Any]:
+    """An analysis as ``amber analyses show`` prints it."""
+    from amber.runtime.app import RESULT_KEY
+
+    record = stack.analyses.get(aid)
+    counts: dict[str, int] = {}
+    for row in stack.checkpointer.summaries(aid, limit=defaults.BIGINT_MAX):
+        counts[row["agent_type"]] = counts.get(row["agent_type"], 0) + 1
+    # checkpoints before results: a finish writes results and purges checkpoints at once
+    latest = stack.checkpointer.latest(aid)
+    results = {r["agent_id"]: r for r in stack.analyses.results(aid)}
+    agents = []
+    for entry in record.agents:
+        kept = results.get(entry["agent_id"])
+        cp = latest.get(entry["agent_type"])
+        if kept is not None:
+            status, steps, result = kept["status"], list(kept["steps"]), kept["result"]
+        elif cp is not None:
+            status, steps, result = f"{cp['done']} of {cp['total']} subtasks", cp["steps"], None
+        else:
+            status, steps, result = "not started", [], None
+        agents.append(
+            {
+                "agent_type": entry["agent_type"],
+                "agent_id": entry["agent_id"],
+                "status": status,
+                "steps": [s for s in steps if s != RESULT_KEY],
+                "checkpoints": counts.get(entry["agent_type"], 0),
+                "result": result,
+            }
+        )
+    status = record.status
+    if status == "running" and not stack.analyses.has_runner(aid):
+        status = "running (queued: no live run holds it)"
+    return {
+        "analysis_id": aid,
+        "status": status,
+        "ticker": record.stock_ticker,
+        "definition": record.definition,
+        "input": record.input,
+        "agents": agents,
+        "timeline": stack.analyses.timeline(aid),
+        "pauses": stack.analyses.pauses(aid),
+    }
+
+
+@friendly
+def retry(
+    analysis_id: AnalysisArg,
+    app_target: AppOption = None,
+    queue: Annotated[
+        bool, typer.Option("--queue", help="Leave it for a worker instead of running it here.")
+    ] = False,
+    by: By = "cli",
+) -> None:
+    """Continue a failed analysis from its last checkpoints (here, or by a worker)."""
+    uuid_prefix(analysis_id, "analysis_id")
+    check_reason(by, "by")
+    application = None if queue else load(app_target)
+    with OPTIONS.stack() as stack:
+        aid = ids.analysis_id(stack, analysis_id)
+        stack.analyses.retry(aid, by)
+        if application is None:
+            console.print(f"analysis {aid} is queued again for a worker", highlight=False)
+            return
+        results = application.run(stack, aid)
+    for agent_type, r in results.items():
+        console.print(f"  {agent_type}: {r.progress}, {r.status}", highlight=False)
+
+
+# -- steps in-doubt | resolve ------------------------------------------------------------
+@steps_app.command("in-doubt")
+@friendly
+def in_doubt(
+    analysis: AnalysisFilter = None,
+    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 100,
+    as_json: JsonFlag = False,
+) -> None:
+    """At-most-once steps that started and never recorded a result (their run died)."""
+    resolve = ids.analysis_filter(analysis)
+    with OPTIONS.stack() as stack:
+        rows = stack.intents.in_doubt(resolve(stack), limit)
+    if as_json:
+        print_json([i.as_dict() for i in rows])
+        return
+    table(
+        [
+            Col("step_id", "id"),
+            Col("analysis", "id"),
+            Col("agent"),
+            Col("step"),
+            Col("function", "text"),
+            Col("started"),
+        ],
+        [
+            [
+                i.step_id,
+                i.analysis_id,
+                i.agent_type,
+                i.step_key,
+                i.fn,
+                i.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            ]
+            for i in rows
+        ],
+    )
+    console.print(f"{len(rows)} step(s) in doubt")
+
+
+@steps_app.command("resolve")
+@friendly
+def resolve(
+    step_id: Annotated[str, typer.Argument(help="A step id or a unique prefix of one.")],
+    rerun: Annotated[bool, typer.Option("--rerun", help="Run the step again.")] = False,
+    skip: Annotated[
+        bool, typer.Option("--skip", help="Do not run it; record --result as its result.")
+    ] = False,
+    result: Annotated[
+        Path | None, typer.Option(help="A JSON file: the step's result, with --skip.")
+    ] = None,
+    by: By = "cli",
+) -> None:
+    """Decide an in-doubt step, once; then resume its analysis (amber resume ID)."""
+    if rerun == skip:
+        raise InvalidValue("give exactly one of --rerun and --skip", field="rerun")
+    if rerun and result is not None:
+        raise InvalidValue("--result goes with --skip, not --rerun", field="result")
+    value = _json_file(result, "result")
+    uuid_prefix(step_id, "step_id")
+    check_reason(by, "by")
+    with OPTIONS.stack() as stack:
+        intent = stack.intents.resolve(ids.step_id(stack, step_id), rerun, value, by)
+    verb = "re-runs" if rerun else "is skipped"
+    console.print(
+        f"step {intent.step_key} of {intent.agent_type} {verb} when analysis"
+        f" {intent.analysis_id} resumes",
+        highlight=False,
+    )
+
+
+# -- reviews approve | reject -------------------------------------------------------------
+def _decide(review_id: str, outcome: str, by: str, comment: str | None, data: str | None) -> None:
+    value = _json_arg(data, "data")
+    uuid_prefix(review_id, "review_id")
+    with OPTIONS.stack() as stack:
+        review = stack.reviews.decide(ids.review_id(stack, review_id), outcome, by, comment, value)
+    console.print(
+        f"review {review.review_id} ({review.kind}) {review.status}; analysis"
+        f" {review.analysis_id} continues when a worker (or amber resume) runs it",
+        highlight=False,
+    )
+
+
+ReviewArg = Annotated[str, typer.Argument(help="A review id or a unique prefix of one.")]
+Comment = Annotated[str | None, typer.Option(help="A note for the record.")]
+Data = Annotated[str | None, typer.Option(help="JSON handed to the waiting step.")]
+
+
+@reviews_app.command("approve")
+@friendly
+def approve(
+    review_id: ReviewArg, by: By = "cli", comment: Comment = None, data: Data = None
+) -> None:
+    """Approve a pending review (once): its analysis is queued again."""
+    _decide(review_id, "approved", by, comment, data)
+
+
+@reviews_app.command("reject")
+@friendly
+def reject(
+    review_id: ReviewArg, by: By = "cli", comment: Comment = None, data: Data = None
+) -> None:
+    """Reject a pending review (once): its analysis is queued again."""
+    _decide(review_id, "rejected", by, comment, data)
+
+
+@reviews_app.command("pending")
+@friendly
+def pending(
+    analysis: AnalysisFilter = None,
+    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 100,
+    as_json: JsonFlag = False,
+) -> None:
+    """Reviews analyses wait for, oldest first."""
+    resolve = ids.analysis_filter(analysis)
+    with OPTIONS.stack() as stack:
+        rows = stack.reviews.list("pending", resolve(stack), limit)
+    if as_json:
+        print_json([r.as_dict() for r in rows])
+        return
+    shown = []
+    for r in rows:
+        payload = orjson.dumps(r.payload).decode()
+        shown.append(
+            [
+                r.review_id,
+                r.analysis_id,
+                r.agent_type,
+                r.kind,
+                r.deadline.strftime("%Y-%m-%d %H:%M:%S") if r.deadline else "-",
+                payload if len(payload) <= 120 else payload[:117] + "...",
+            ]
+        )
+    table(
+        [
+            Col("review_id", "id"),
+            Col("analysis", "id"),
+            Col("agent"),
+            Col("kind"),
+            Col("deadline"),
+            Col("payload", "text"),
+        ],
+        shown,
+    )
+    console.print(f"{len(rows)} pending review(s)")

@@ -1,0 +1,174 @@
+"""``amber worker``: a process that claims queued analyses of its app and runs them.
+
+Any number of workers on any number of machines point at the same two URLs. Each one
+claims work with ``FOR UPDATE SKIP LOCKED`` (``Leases.claim_next``), runs up to
+``concurrency`` analyses at once, and holds each under a lease its heartbeat renews. A
+worker that dies loses its liveness lock with its connection, and another worker takes
+its analyses over at its next poll: it recovers each agent's memory and continues from
+the last checkpoint. On SIGTERM a worker stops claiming, lets each run reach its next
+step boundary (every finished step is already checkpointed), hands the leases back and
+exits. A worker that loses PostgreSQL or Redis keeps polling and resumes when they return.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from amber.checkpoints.leases import Claim
+from amber.checkpoints.store import runner_id
+from amber.errors import (
+    AmberError,
+    AnalysisStateError,
+    CodeChanged,
+    MigrationError,
+    StoreUnavailable,
+    UnknownAgent,
+    VersionTooNew,
+)
+
+if TYPE_CHECKING:
+    from amber.engines.stack import Stack
+    from amber.runtime.app import App
+
+log = logging.getLogger("amber.worker")
+
+
+@dataclass
+class WorkerStats:
+    """What a worker has done since it started."""
+
+    claimed: int = 0
+    taken_over: int = 0
+    finished: int = 0
+    """Runs that ended (completed, paused, failed or handed back)."""
+    errors: int = 0
+    refused: list[str] = field(default_factory=list)
+    """Analyses this worker will not run (their code changed): left for a person."""
+
+
+def banner(name: str, app: str, concurrency: int) -> str:
+    """The first line ``amber worker`` prints: its id, app and concurrency."""
+    return f"worker {name}: app {app}, concurrency {concurrency}"
+
+
+def name_in_banner(output: str) -> str | None:
+    """The worker id (``host:pid:token``) in a worker's output, once it printed its
+    :func:`banner`; None before."""
+    for line in output.splitlines():
+        if line.startswith("worker ") and ": app " in line:
+            return line.split()[1].rstrip(":")
+    return None
+
+
+class Worker:
+    """Claims and runs the queued analyses of ``app``, ``concurrency`` at a time."""
+
+    def __init__(self, stack: Stack, app: App, concurrency: int | None = None) -> None:
+        self.stack = stack
+        self.app = app
+        self.concurrency = concurrency or stack.settings.worker_concurrency
+        if self.concurrency < 1:
+            raise AmberError("concurrency must be at least 1", concurrency=concurrency)
+        self.name = runner_id()
+        """This worker's id (``host:pid:token``); each run's lease owner starts with it."""
+        self.coordinator = app.coordinator(stack)
+        self.shutdown = threading.Event()
+        """Set by :meth:`stop`: runs hand their leases back at their next step."""
+        self.stats = WorkerStats()
+        self._wake = threading.Event()
+        self._running: dict[str, Future[None]] = {}
+        self._lock = threading.Lock()
+
+    def run(self, until: Callable[[], bool] | None = None) -> WorkerStats:
+        """Claim and run work until :meth:`stop` (or ``until()`` is true); then hand back."""
+        poll = self.stack.settings.worker_poll
+        leases, reviews = self.stack.analyses.leases, self.coordinator.reviews
+        log.info("%s", banner(self.name, self.app.name, self.concurrency))
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="amber-run") as pool:
+            while not self.shutdown.is_set():
+                claims: list[Claim] = []
+                try:
+                    reviews.expire_due()
+                    with self._lock:
+                        free = self.concurrency - len(self._running)
+                        # a run of ours whose lease lapsed (the database was away longer
+                        # than a lease) may still be inside a step: never claim it again
+                        # beside it, under the same owner the fence cannot tell apart
+                        skip = [*self.stats.refused, *self._running]
+                    claims = leases.claim_next(self.name, free, self.app.names(), skip)
+                except StoreUnavailable as exc:
+                    log.warning("worker %s: cannot reach a server, retrying: %s", self.name, exc)
+                for claim in claims:
+                    with self._lock:
+                        self._running[claim.analysis_id] = pool.submit(self._run_one, claim)
+                if until is not None and until():
+                    break
+                if not claims:
+                    self._wake.wait(poll)
+                self._wake.clear()
+            self.shutdown.set()
+        return self.stats
+
+    def _run_one(self, claim: Claim) -> None:
+        aid = claim.analysis_id
+        with self._lock:
+            self.stats.claimed += 1
+            self.stats.taken_over += claim.taken_over
+        try:
+            self.coordinator.run_claimed(claim, self.shutdown)
+        except AnalysisStateError:
+            pass  # paused or finished between the claim and the run: nothing to do
+        except (CodeChanged, MigrationError, VersionTooNew, UnknownAgent) as exc:
+            with self._lock:
+                self.stats.refused.append(aid)
+            log.error("worker %s refuses analysis %s: %s", self.name, aid, exc)
+            self._note(aid, "refused", error=str(exc))
+        except (AmberError, OSError) as exc:
+            with self._lock:
+                self.stats.errors += 1
+            log.warning("worker %s: run of %s stopped: %s", self.name, aid, exc)
+        except Exception:
+            with self._lock:
+                self.stats.errors += 1
+            log.exception("worker %s: run of %s failed", self.name, aid)
+        finally:
+            with contextlib.suppress(StoreUnavailable):  # else the lease lapses by itself
+                self.stack.analyses.leases.release(aid, claim.owner)
+            with self._lock:
+                self._running.pop(aid, None)
+                self.stats.finished += 1
+            self._wake.set()
+
+    def _note(self, aid: str, kind: str, **detail: Any) -> None:
+        with contextlib.suppress(StoreUnavailable):
+            self.stack.analyses.event(aid, kind, self.name, **detail)
+
+    def stop(self) -> None:
+        """Stop claiming; runs hand their leases back at their next step boundary."""
+        self.shutdown.set()
+        self._wake.set()
+
+    def running(self) -> list[str]:
+        """The analyses this worker is running now."""
+        with self._lock:
+            return list(self._running)
+
+    def install_signals(self) -> None:
+        """SIGTERM and SIGINT stop the worker gracefully; a second one exits at once."""
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self.shutdown.is_set():
+                raise SystemExit(128 + signum)
+            log.info("worker %s: signal %d, handing work back", self.name, signum)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)

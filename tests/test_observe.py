@@ -3,6 +3,8 @@ to every sink, and a failing sink never breaks the work."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -84,3 +86,45 @@ def test_span_is_a_context_manager_with_or_without_opentelemetry() -> None:
     with observe.span("amber.test", key="k"):
         pass
     assert observe.traced("amber.test")(lambda: 3)() == 3
+
+
+_SPANS_AFTER_A_PROVIDER = """
+import contextlib
+from opentelemetry import trace
+from amber import observe
+
+names = []
+
+class Tracer(trace.Tracer):
+    def start_span(self, name, *args, **kwargs):
+        names.append(name)
+        return trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
+
+    @contextlib.contextmanager
+    def start_as_current_span(self, name, *args, **kwargs):
+        yield self.start_span(name)
+
+class Provider(trace.TracerProvider):
+    def get_tracer(self, *args, **kwargs):
+        return Tracer()
+
+saved = observe.traced("amber.before")(lambda: 1)
+with observe.span("amber.none"):  # no provider yet: no span, and no cost of one
+    saved()
+trace.set_tracer_provider(Provider())  # the application sets one after importing amber
+with observe.span("amber.outer", key="k"):
+    saved()
+print(",".join(names))
+"""
+
+
+def test_spans_start_once_the_application_sets_a_tracer_provider() -> None:
+    pytest.importorskip("opentelemetry.trace")
+    out = subprocess.run(
+        [sys.executable, "-c", _SPANS_AFTER_A_PROVIDER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.strip() == "amber.outer,amber.before"

@@ -92,19 +92,36 @@ def recovery_path(path: str) -> str:
 
 try:  # optional: spans only when OpenTelemetry is installed
     from opentelemetry import trace as _trace
-
-    _tracer: Any = _trace.get_tracer("amber")
 except ImportError:  # pragma: no cover - depends on the environment
-    _tracer = None
+    _trace = None  # type: ignore[assignment]
+
+_tracer: Any = None
+"""amber's tracer, once the application has set a tracer provider."""
+
+
+def _live_tracer() -> Any:
+    """amber's tracer once a tracer provider is set (by the application or by
+    ``OTEL_PYTHON_TRACER_PROVIDER``), else None: until then a span would go through
+    OpenTelemetry's proxy to nothing, at a cost on every step and save."""
+    global _tracer
+    if (
+        _tracer is None
+        and _trace is not None
+        and not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+    ):
+        _tracer = _trace.get_tracer("amber")
+    return _tracer
 
 
 @contextlib.contextmanager
 def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
-    """An OpenTelemetry span named ``name`` around the block (a no-op without it)."""
-    if _tracer is None:
+    """An OpenTelemetry span named ``name`` around the block (a no-op without it, or
+    until a tracer provider is set)."""
+    tracer = _live_tracer()
+    if tracer is None:
         yield
         return
-    with _tracer.start_as_current_span(name, attributes=attributes):
+    with tracer.start_as_current_span(name, attributes=attributes):
         yield
 
 
@@ -115,12 +132,15 @@ def traced(name: str) -> Callable[[F], F]:
     """Decorate a function to run inside :func:`span` ``name``."""
 
     def wrap(fn: F) -> F:
-        if _tracer is None:
+        if _trace is None:
             return fn
 
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
-            with _tracer.start_as_current_span(name):
+            tracer = _live_tracer()
+            if tracer is None:
+                return fn(*args, **kwargs)
+            with tracer.start_as_current_span(name):
                 return fn(*args, **kwargs)
 
         return cast(F, inner)

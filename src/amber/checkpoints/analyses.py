@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -295,9 +296,7 @@ class Analyses:
 
     def _rows(self, query: str, params: tuple[Any, ...]) -> builtins.list[dict[str, Any]]:
         with self.pg.connection() as conn:
-            cur = conn.execute(query, params)
-            names = [c.name for c in cur.description or []]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+            return conn.cursor(row_factory=dict_row).execute(query, params).fetchall()
 
     def close(self) -> None:
         """Stop the lease heartbeat and give up this process's liveness lock."""

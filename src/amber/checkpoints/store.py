@@ -23,6 +23,7 @@ from typing import Any, Protocol, cast
 
 import psycopg
 import redis
+from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
@@ -556,10 +557,9 @@ class AgentCheckpointer:
         where, params = (
             ("WHERE analysis_id = %s", [check_uuid(analysis_id)]) if analysis_id else ("", [])
         )
+        query = sql.CHECKPOINT_SUMMARIES.format(where=where)
         with self.pg.connection() as conn:
-            cur = conn.execute(sql.CHECKPOINT_SUMMARIES.format(where=where), (*params, limit))
-            names = [c.name for c in cur.description or []]
-            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+            return conn.cursor(row_factory=dict_row).execute(query, (*params, limit)).fetchall()
 
     def latest(self, analysis_id: object) -> dict[str, dict[str, Any]]:
         """Each agent type's newest checkpoint of an analysis, by agent type: the summary
@@ -567,10 +567,8 @@ class AgentCheckpointer:
         it is never half before and half after a change."""
         aid = check_uuid(analysis_id)
         with self.pg.connection() as conn:
-            cur = conn.execute(sql.LATEST_CHECKPOINTS, (aid,))
-            names = [c.name for c in cur.description or []]
-            rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-        return {str(r["agent_type"]): r for r in rows}
+            rows = conn.cursor(row_factory=dict_row).execute(sql.LATEST_CHECKPOINTS, (aid,))
+            return {str(r["agent_type"]): r for r in rows.fetchall()}
 
     def extend_backup_ttl(self, agent_id: str, seconds: int) -> None:
         """Set the Redis backup's TTL (a pause keeps it as long as the pause may last)."""

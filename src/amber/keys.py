@@ -34,7 +34,26 @@ def _utf8(value: str) -> bool:
     return True
 
 
+_PASSED: dict[tuple[str, int, bool], None] = {}
+"""Names that passed :func:`_check` lately (with their bound): the same ids are checked
+at every save, and a string cannot change."""
+
+_PASSED_MAX = 4096
+
+
 def _check(value: object, kind: str, max_len: int, allow_colon: bool) -> str:
+    if type(value) is str and (value, max_len, allow_colon) in _PASSED:
+        return value
+    _check_new(value, kind, max_len, allow_colon)
+    assert isinstance(value, str)
+    if type(value) is str:  # never a subclass: its own __eq__ could match other names
+        if len(_PASSED) >= _PASSED_MAX:
+            _PASSED.clear()
+        _PASSED[(value, max_len, allow_colon)] = None
+    return value
+
+
+def _check_new(value: object, kind: str, max_len: int, allow_colon: bool) -> None:
     def bad(why: str) -> InvalidIdentifier:
         return InvalidIdentifier(f"{kind} {why}", field=kind, value=value)
 
@@ -57,7 +76,6 @@ def _check(value: object, kind: str, max_len: int, allow_colon: bool) -> str:
         raise bad("contains ':', which separates key parts")
     if value != value.strip():
         raise bad("has leading or trailing whitespace")
-    return value
 
 
 def check_id(value: object, kind: str = "identifier") -> str:
@@ -102,12 +120,22 @@ def check_keys(values: list[str]) -> list[str]:
 
 def check_uuid(value: object, kind: str = "analysis_id") -> str:
     """Return the canonical text of a UUID given as UUID or string, else raise."""
+    if type(value) is str and value in _CANONICAL_UUIDS:
+        return value
     if isinstance(value, uuid.UUID):
         return str(value)
     try:
-        return str(uuid.UUID(str(value)))
+        text = str(uuid.UUID(str(value)))
     except (ValueError, TypeError, AttributeError):
         raise InvalidIdentifier(f"{kind} is not a UUID", field=kind, value=value) from None
+    if len(_CANONICAL_UUIDS) >= _PASSED_MAX:
+        _CANONICAL_UUIDS.clear()
+    _CANONICAL_UUIDS[text] = None
+    return text
+
+
+_CANONICAL_UUIDS: dict[str, None] = {}
+"""UUIDs lately returned by :func:`check_uuid`, in their canonical text."""
 
 
 def key_part(value: object, kind: str) -> str:

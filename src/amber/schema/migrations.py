@@ -358,6 +358,9 @@ def migrate(
     steps = MIGRATIONS if migrations is None else migrations
     ident = sql.Identifier(table)
     applied: list[int] = []
+    # the common case, a database already at this version: one read, no lock taken
+    if schema_version(pool, table) == len(steps):
+        return applied
     with pool.connection() as conn:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_id,))

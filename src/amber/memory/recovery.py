@@ -125,7 +125,8 @@ class DualRecoveryStrategy:
         t0 = time.perf_counter()
         check_id(agent_id, "agent_id")
         try:
-            snap = self.snapshotter.take(agent_id, full=True)
+            # a fresh agent's memory is most often empty: then one round trip reads it
+            snap = self.snapshotter.take(agent_id, full=True, guess_empty=fresh)
         except StoreUnavailable:
             raise
         except AmberError as exc:  # garbage in the index or sequence: L1 is not trusted

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Generator, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, cast
@@ -188,7 +188,17 @@ class SnapshotMeta:
 
     def to_json(self) -> bytes:
         """The meta as JSON bytes."""
-        return orjson.dumps(asdict(self))
+        return orjson.dumps(
+            {
+                "agent_id": self.agent_id,
+                "timestamp": self.timestamp,
+                "hash": self.hash,
+                "checkpoint_id": self.checkpoint_id,
+                "key_count": self.key_count,
+                "seq": self.seq,
+                "epoch": self.epoch,
+            }
+        )
 
     def seal(self) -> bytes:
         """The stored form: the JSON sealed with the snapshot's sequence and a checksum."""
@@ -417,7 +427,9 @@ def _text(raw: Any) -> str | None:
     return raw.decode() if isinstance(raw, bytes) else None
 
 
-def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
+def read_memory(
+    client: redis.Redis, keys: Keys, agent_id: str, guess_empty: bool = False
+) -> Snapshot:
     """Read every key of an agent's L1 at one instant. Drops expired keys from the index.
 
     Lua scripts read the keys the index lists (declared in ``KEYS[]``, one slot), up
@@ -425,10 +437,17 @@ def read_memory(client: redis.Redis, keys: Keys, agent_id: str) -> Snapshot:
     meanwhile, or if any write came between two calls (if writers keep interfering, one
     script reads everything). Raises ``UnsupportedType`` naming a key that another
     client turned into a type amber cannot snapshot.
+
+    ``guess_empty``: the caller expects no keys, so the script is asked first whether
+    the index is empty (one round trip instead of two); a wrong guess costs one more.
     """
     agent_id = check_id(agent_id, "agent_id")
     reader = _Reader(client, keys, agent_id)
     with redis_errors(agent_id):
+        if guess_empty:
+            snap = reader.read_whole([[]])  # the script checks the index has 0 names
+            if snap is not None:
+                return snap
         for attempt in range(READ_ATTEMPTS):
             names = _names(cast(list[bytes], client.hkeys(reader.index_key)), agent_id)
             step = READ_CHUNK if attempt < CHUNKED_ATTEMPTS else max(len(names), 1)
@@ -596,23 +615,32 @@ class L1CacheSnapshotter:
         self.keys = keys
         self.ttl_ms = snapshot_ttl * 1000
         self._stored: OrderedDict[str, Stored] = OrderedDict()
+        self._empty: set[str] = set()
+        """Agents whose last whole read found no keys (a guess for the next one only)."""
         self._lock = threading.Lock()
         self._cache_script = client.register_script(scripts.CACHE)
 
-    def take(self, agent_id: str, full: bool = False, hint: Iterable[str] = ()) -> Snapshot:
+    def take(
+        self,
+        agent_id: str,
+        full: bool = False,
+        hint: Iterable[str] = (),
+        guess_empty: bool = False,
+    ) -> Snapshot:
         """Read the agent's L1 at one instant, without storing it.
 
         Relative to the last snapshot this snapshotter stored of the agent, only the
         keys written since are read (O(changes); ``hint`` names those the caller wrote,
         read in the same round trip), unless ``full``: recovery and verification read
-        everything, trusting nothing.
+        everything, trusting nothing. ``guess_empty``: the caller expects an empty memory
+        (a whole read then costs one round trip when it is).
         """
         stored = None if full else self.stored(agent_id)
         if stored is not None:
             snap = read_changes(self.redis, self.keys, stored.snap, hint)
             if snap is not None:
                 return snap
-        return read_memory(self.redis, self.keys, agent_id)
+        return self._read_whole(agent_id, guess_empty, hint)
 
     def advance(self, agent_id: str, hint: Iterable[str] = ()) -> Snapshot:
         """The agent's L1 now, as :meth:`take` reads it, for a caller that will pass the
@@ -629,7 +657,20 @@ class L1CacheSnapshotter:
             snap = read_changes(self.redis, self.keys, stored.snap, hint, stored.private)
             if snap is not None:
                 return snap
-        return read_memory(self.redis, self.keys, agent_id)
+        return self._read_whole(agent_id, False, hint)
+
+    def _read_whole(self, agent_id: str, guess_empty: bool, hint: Iterable[str]) -> Snapshot:
+        """The whole memory; its last whole read found it empty and the caller wrote
+        nothing (``hint``) since: guessed empty (one round trip when it still is)."""
+        guess = guess_empty or (agent_id in self._empty and not hint)
+        snap = read_memory(self.redis, self.keys, agent_id, guess_empty=guess)
+        if snap.memory:
+            self._empty.discard(agent_id)
+        else:
+            if len(self._empty) >= SNAPSHOTS_REMEMBERED:
+                self._empty.clear()
+            self._empty.add(agent_id)
+        return snap
 
     def stored(self, agent_id: str) -> Stored | None:
         """What this process last stored of the agent, if it remembers."""

@@ -184,7 +184,11 @@ class LeadCoordinator:
 
     # -- building agents ----------------------------------------------------------------
     def prepare_agents(
-        self, record: AnalysisRecord, runner: str | None = None, code: bool = True
+        self,
+        record: AnalysisRecord,
+        runner: str | None = None,
+        code: bool = True,
+        heads: dict[str, int] | None = None,
     ) -> tuple[list[BaseAgent], dict[str, RecoveryReport]]:
         """The analysis's agents, each with its working memory recovered (and guarded)
         and continued from the newest committed checkpoint.
@@ -193,7 +197,8 @@ class LeadCoordinator:
         ``UnknownAgent`` for a name the registry lacks and ``CodeChanged`` when an
         agent's declared steps differ from those the analysis started with; nothing is
         changed then. With ``code=False`` (to freeze, not to run) an agent the registry
-        lacks is stood in for by its stored state alone.
+        lacks is stood in for by its stored state alone. ``heads``: each agent type's
+        newest checkpoint sequence, read under the same lease (else read here).
         """
         runner = runner or runner_id()
         classes = [self._class(e, code) for e in record.agents]
@@ -202,7 +207,8 @@ class LeadCoordinator:
                 _check_code(record.analysis_id, entry, cls)
         agents: list[BaseAgent] = []
         reports: dict[str, RecoveryReport] = {}
-        heads = self.checkpointer.heads(record.analysis_id)
+        if heads is None:
+            heads = self.checkpointer.heads(record.analysis_id)
         for entry, cls in zip(record.agents, classes, strict=True):
             memory = self.memory(entry["agent_id"])
             agent = cls(
@@ -265,20 +271,21 @@ class LeadCoordinator:
     ) -> dict[str, AgentResult]:
         """Run an analysis whose lease ``claim`` holds (the caller releases it)."""
         aid = claim.analysis_id
-        record = self.analyses.get(aid)
+        record = self.analyses.record(claim.row) if claim.row else self.analyses.get(aid)
         if record.status != "running":
             raise AnalysisStateError(
                 f"analysis is {record.status}; only a running analysis can be run",
                 analysis_id=aid,
                 status=record.status,
             )
-        detail = {"taken_over_from": claim.prior} if claim.taken_over else {}
-        self.analyses.event(
-            aid, "taken_over" if claim.taken_over else "claimed", claim.owner, **detail
-        )
+        if not claim.noted:
+            detail = {"taken_over_from": claim.prior} if claim.taken_over else {}
+            self.analyses.event(
+                aid, "taken_over" if claim.taken_over else "claimed", claim.owner, **detail
+            )
         if claim.taken_over:
             observe.emit(observe.TAKEOVER)
-        agents, _ = self.prepare_agents(record, claim.owner)
+        agents, _ = self.prepare_agents(record, claim.owner, heads=claim.heads)
         return self.run_prepared(
             aid, agents, RunControl(claim.owner, self.analyses.leases, shutdown, record.preserve)
         )

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -84,6 +83,11 @@ class Analyses:
             row = conn.execute(sql.ANALYSIS, (aid,)).fetchone()
         if row is None:
             raise AnalysisNotFound("no analysis with this id", analysis_id=aid)
+        return self.record(row)
+
+    @staticmethod
+    def record(row: tuple[Any, ...]) -> AnalysisRecord:
+        """The record of a row of ``sql.ANALYSIS_COLUMNS``."""
         return AnalysisRecord(str(row[0]), *row[1:])
 
     def list(self, status: str | None = None, limit: int = 100) -> list[AnalysisRecord]:
@@ -92,7 +96,7 @@ class Analyses:
         params: tuple[Any, ...] = (status, limit) if status else (limit,)
         with self.pg.connection() as conn:
             rows = conn.execute(sql.ANALYSES.format(where=where), params).fetchall()
-        return [AnalysisRecord(str(r[0]), *r[1:]) for r in rows]
+        return [self.record(r) for r in rows]
 
     def ids_like(self, prefix: str, limit: int = 5) -> builtins.list[str]:
         """Analysis ids that start with ``prefix``, at most ``limit``."""
@@ -111,7 +115,7 @@ class Analyses:
         """Analyses that failed at or after ``since``, newest first."""
         with self.pg.connection() as conn:
             rows = conn.execute(sql.RECENT_FAILURES, (since, limit)).fetchall()
-        return [AnalysisRecord(str(r[0]), *r[1:]) for r in rows]
+        return [self.record(r) for r in rows]
 
     def transition(self, analysis_id: object, to: str, allowed_from: tuple[str, ...]) -> None:
         """Move to ``to`` if the status is one of ``allowed_from``.
@@ -147,22 +151,22 @@ class Analyses:
         agent's result (agent_id, agent_type, status, result, steps), the event, and with
         ``purge`` its checkpoints deleted. ``AnalysisStateError`` (and nothing written)
         if it is no longer running."""
-        params = {"to": to, "analysis_id": analysis_id, "allowed": ["running"]}
-        with self.pg.connection() as conn, conn.transaction() as tx:
-            with conn.pipeline():
-                moved = conn.execute(sql.TRANSITION, params)
-                if results:
-                    conn.cursor().executemany(
-                        sql.SAVE_RESULT,
-                        [(analysis_id, a, t, s, Jsonb(r), st) for a, t, s, r, st in results],
-                    )
-                conn.execute(sql.ADD_EVENT, (analysis_id, to, by, _jsonb(detail or None)))
-                if purge:
-                    conn.execute(sql.DELETE_CHECKPOINTS, (analysis_id,))
-            if moved.fetchone() is not None:
-                return
-            raise psycopg.Rollback(tx)  # nothing of it is written
-        raise self._refused(analysis_id, to)
+        rows = [
+            {"agent_id": a, "agent_type": t, "status": s, "result": r, "steps": st}
+            for a, t, s, r, st in results
+        ]
+        params = {
+            "to": to,
+            "analysis_id": analysis_id,
+            "results": Jsonb(rows),
+            "by": by,
+            "detail": _jsonb(detail or None),
+            "purge": purge,
+        }
+        with self.pg.connection() as conn:  # one statement: all of it, or none
+            row = conn.execute(sql.FINISH, params).fetchone()
+        if row is None or not row[0]:
+            raise self._refused(analysis_id, to)
 
     @contextlib.contextmanager
     def runner_lock(

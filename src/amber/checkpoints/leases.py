@@ -30,6 +30,9 @@ from amber.schema import sql
 
 log = logging.getLogger("amber.leases")
 
+LIVENESS_ATTEMPTS = 3
+"""Tries at holding the liveness lock before a claim gives up with ``StoreUnavailable``."""
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -39,6 +42,12 @@ class Claim:
     owner: str
     prior: str | None
     status: str = "running"
+    row: tuple[Any, ...] | None = None
+    """The analysis row as the claim found it (``sql.ANALYSIS_COLUMNS``), if it read it."""
+    heads: dict[str, int] | None = None
+    """Each agent type's newest checkpoint sequence, if the claim read them."""
+    noted: bool = False
+    """Whether the claim wrote its ``claimed`` / ``taken_over`` event itself."""
 
     @property
     def taken_over(self) -> bool:
@@ -78,6 +87,16 @@ class Liveness:
                 self.key = secrets.randbelow(2**31 - 2) + 1
                 raise StoreUnavailable("liveness key in use; retry", key=self.key)
             return self.key
+
+    def held(self, ping: bool = False) -> tuple[int, int]:
+        """(key, backend pid) of the connection holding the lock, reconnecting first if it
+        is closed (or, with ``ping``, does not answer)."""
+        key = self.ensure(ping)
+        with self._lock:
+            conn = self._conn
+            if conn is None or conn.closed:
+                raise StoreUnavailable("PostgreSQL liveness connection was lost; retry")
+            return key, conn.info.backend_pid
 
     def _alive(self, ping: bool) -> bool:
         assert self._conn is not None
@@ -145,18 +164,30 @@ class Leases:
         none in ``skip``."""
         if n <= 0:
             return []
-        params = {
+        params: dict[str, Any] = {
             "owner": owner,
-            "key": self._key(),
             "lease": self.lease_seconds,
             "n": n,
             "known": known,
             "skip": skip or [],
             "space": sql.LIVENESS_SPACE,
         }
-        with self.pg.connection() as conn:
-            rows = conn.execute(sql.CLAIM_NEXT, params).fetchall()
-        claims = [Claim(str(r[0]), str(r[1]), r[2]) for r in rows]
+        # the statement itself checks that the liveness lock is held, so a claim costs no
+        # round trip of its own to the liveness connection; only when it is not held is
+        # that connection checked, and made again if it was lost
+        for attempt in range(LIVENESS_ATTEMPTS):
+            params["key"], params["pid"] = self._held_lock(ping=attempt > 0)
+            with self.pg.connection() as conn:
+                rows = conn.execute(sql.CLAIM_NEXT, params).fetchall()
+            if rows and rows[0][0]:
+                break
+        else:
+            raise StoreUnavailable("PostgreSQL does not show this process's liveness lock held")
+        claims = [
+            Claim(str(r[1]), str(r[2]), r[3], row=tuple(r[5:]), heads=dict(r[4] or {}), noted=True)
+            for r in rows
+            if r[1] is not None
+        ]
         for c in claims:
             self._hold(c.owner)
         return claims
@@ -181,13 +212,16 @@ class Leases:
     def _key(self) -> int:
         # checked with a round trip: after a PostgreSQL restart the connection looks open
         # but its lock is gone, and a lease naming it would be claimable by anyone
-        for _ in range(3):
+        return self._held_lock(ping=True)[0]
+
+    def _held_lock(self, ping: bool) -> tuple[int, int]:
+        for _ in range(LIVENESS_ATTEMPTS - 1):
             try:
-                return self.liveness.ensure(ping=True)
-            except StoreUnavailable as exc:
+                return self.liveness.held(ping)
+            except StoreUnavailable as exc:  # another process drew the same key: redraw
                 if "key" not in exc.context:
                     raise
-        return self.liveness.ensure(ping=True)
+        return self.liveness.held(ping)
 
     # -- the heartbeat --------------------------------------------------------------------
     def _hold(self, owner: str) -> None:

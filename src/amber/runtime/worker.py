@@ -16,6 +16,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -92,11 +93,14 @@ class Worker:
         poll = self.stack.settings.worker_poll
         leases, reviews = self.stack.analyses.leases, self.coordinator.reviews
         log.info("%s", banner(self.name, self.app.name, self.concurrency))
+        next_expiry = 0.0
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="amber-run") as pool:
             while not self.shutdown.is_set():
                 claims: list[Claim] = []
                 try:
-                    reviews.expire_due()
+                    if time.monotonic() >= next_expiry:  # once a poll, not at every claim
+                        reviews.expire_due()
+                        next_expiry = time.monotonic() + poll
                     with self._lock:
                         free = self.concurrency - len(self._running)
                         # a run of ours whose lease lapsed (the database was away longer

@@ -218,23 +218,48 @@ RETURNING a.status, p.lease_owner
 owner before); no row back means it is held. The row lock orders two claimers."""
 
 CLAIM_NEXT = f"""
-UPDATE analyses a SET lease_owner = %(owner)s || ':' || substr(md5(random()::text), 1, 8),
-    lease_key = %(key)s,
-    lease_expires = NOW() + make_interval(secs => %(lease)s)
-FROM (SELECT c.analysis_id, c.lease_owner FROM analyses c
-      WHERE c.status = 'running' AND (c.lease_owner IS NULL OR c.lease_expires < NOW()
-          OR c.lease_key IS NULL OR c.lease_key::bigint <> ALL ({_LIVE_KEYS}))
-        AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(c.agents) e
-                        WHERE NOT (e->>'agent_type' = ANY(%(known)s)))
-        AND NOT (c.analysis_id::text = ANY(%(skip)s))
-      ORDER BY c.created_at LIMIT %(n)s FOR UPDATE SKIP LOCKED) p
-WHERE a.analysis_id = p.analysis_id
-RETURNING a.analysis_id, a.lease_owner, p.lease_owner
+WITH live AS (
+    SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+        AND classid = %(space)s::oid AND objsubid = 2 AND objid = %(key)s::oid
+        AND pid = %(pid)s) AS held),
+claimed AS (
+    UPDATE analyses a SET lease_owner = %(owner)s || ':' || substr(md5(random()::text), 1, 8),
+        lease_key = %(key)s,
+        lease_expires = NOW() + make_interval(secs => %(lease)s)
+    FROM (SELECT c.analysis_id, c.lease_owner FROM analyses c
+          WHERE c.status = 'running' AND (c.lease_owner IS NULL OR c.lease_expires < NOW()
+              OR c.lease_key IS NULL OR c.lease_key::bigint <> ALL ({_LIVE_KEYS}))
+            AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(c.agents) e
+                            WHERE NOT (e->>'agent_type' = ANY(%(known)s)))
+            AND NOT (c.analysis_id::text = ANY(%(skip)s))
+            AND (SELECT held FROM live)
+          ORDER BY c.created_at LIMIT %(n)s FOR UPDATE SKIP LOCKED) p
+    WHERE a.analysis_id = p.analysis_id
+    RETURNING a.analysis_id AS claimed_id, a.lease_owner AS owner, p.lease_owner AS prior,
+        (SELECT jsonb_object_agg(h.agent_type, h.seq) FROM (
+            SELECT agent_type, max(seq) AS seq FROM agent_checkpoints
+            WHERE analysis_id = a.analysis_id GROUP BY agent_type) h) AS heads,
+        {", ".join("a." + c.strip() for c in ANALYSIS_COLUMNS.split(","))}),
+noted AS (
+    INSERT INTO analysis_events (analysis_id, kind, by, detail)
+    SELECT claimed_id, CASE WHEN prior IS NULL THEN 'claimed' ELSE 'taken_over' END,
+        owner, CASE WHEN prior IS NOT NULL
+                          THEN jsonb_build_object('taken_over_from', prior) END
+    FROM claimed)
+SELECT live.held, c.* FROM live LEFT JOIN claimed c ON TRUE
 """
 """Lease up to ``n`` queued analyses whose agents this worker knows, oldest first; rows
 another worker is claiming are skipped, not waited for. Each lease's owner is
 ``owner:token``, new for every claim: one run, one owner, so a run whose lease lapsed is
-fenced off even from a later run of the same worker."""
+fenced off even from a later run of the same worker.
+
+Nothing is claimed unless the claimer's liveness lock ``%(key)s`` is held by its liveness
+connection (backend ``%(pid)s``): after a PostgreSQL restart that connection can look open
+with its lock gone, and a lease naming a lock nobody holds is anyone's to take. The first
+column of every row says whether the lock is held; the claimed rows follow it (none: one
+row of NULLs): analysis id, lease owner, prior owner, each agent's newest checkpoint
+sequence (``heads``), then ``ANALYSIS_COLUMNS``. Each claim's ``claimed`` or
+``taken_over`` event is written by the same statement."""
 
 RENEW = """
 UPDATE analyses SET lease_expires = NOW() + make_interval(secs => %(lease)s)
@@ -276,6 +301,31 @@ WHERE analysis_id = %s ORDER BY agent_type
 """
 
 DELETE_RESULTS = "DELETE FROM analysis_results WHERE analysis_id = %s"
+
+FINISH = """
+WITH moved AS (
+    UPDATE analyses SET status = %(to)s::varchar, updated_at = NOW(), finished_at = NOW()
+    WHERE analysis_id = %(analysis_id)s AND status = 'running'
+    RETURNING analysis_id),
+kept AS (
+    INSERT INTO analysis_results (analysis_id, agent_id, agent_type, status, result, steps)
+    SELECT m.analysis_id, r->>'agent_id', r->>'agent_type', r->>'status', r->'result',
+        ARRAY(SELECT jsonb_array_elements_text(r->'steps'))
+    FROM moved m, jsonb_array_elements(%(results)s::jsonb) r
+    ON CONFLICT (analysis_id, agent_id) DO UPDATE SET status = EXCLUDED.status,
+        result = EXCLUDED.result, steps = EXCLUDED.steps, finished_at = NOW()),
+noted AS (
+    INSERT INTO analysis_events (analysis_id, kind, by, detail)
+    SELECT analysis_id, %(to)s::varchar, %(by)s::text, %(detail)s::jsonb FROM moved),
+purged AS (
+    DELETE FROM agent_checkpoints WHERE %(purge)s::boolean
+        AND analysis_id = %(analysis_id)s AND EXISTS (SELECT 1 FROM moved))
+SELECT count(*) FROM moved
+"""
+"""End a running analysis in one statement: its status (completed or failed), each
+agent's result (a JSON list of {agent_id, agent_type, status, result, steps}), the event,
+and with ``purge`` its checkpoints deleted; nothing at all unless it was running (the
+count says 0 then)."""
 
 ADD_EVENT = "INSERT INTO analysis_events (analysis_id, kind, by, detail) VALUES (%s, %s, %s, %s)"
 

@@ -57,6 +57,12 @@ from amber.schema import sql
 
 log = logging.getLogger("amber.checkpoints")
 
+QUIET_MAX_BYTES = 8 * 1024
+"""Largest checkpoint (encoded) a hybrid save of an empty, unchanged working memory
+leaves out of Redis: restore reads a row this small from PostgreSQL as fast as from
+Redis (docs/cluster.md: 0.19 ms against 0.25 ms), and asks PostgreSQL for the newest
+sequence either way."""
+
 PG_FALLBACK_ROWS = 3
 """PostgreSQL rows tried, newest first, when the newest fails its checksum."""
 
@@ -174,6 +180,7 @@ class AgentCheckpointer:
         # take over its maps: see L1CacheSnapshotter.advance
         stored = self.snapshotter.stored(agent.agent_id)
         snap = self._unchanged(agent, written, stored)
+        unchanged = snap is not None
         private = snap is None or (stored is not None and stored.private)
         if snap is None:
             snap = self.snapshotter.advance(agent.agent_id, hint=written)
@@ -207,12 +214,17 @@ class AgentCheckpointer:
         raw = cp.encode()
         dual = self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
         l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
-        meta = self.snapshotter.meta(snap, cp.checkpoint_id)
-        backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq, self.backup_ttl_ms)
-        # the Redis copies go out first and are read back after the commit: one round trip
-        # each, overlapped. Restore trusts a copy only at PostgreSQL's newest sequence, so a
-        # copy of a checkpoint that then fails to commit is never used.
-        pending = self._send_cache(snap, meta, backup)
+        quiet = not dual and unchanged and not snap.memory and len(raw) <= QUIET_MAX_BYTES
+        meta: SnapshotMeta | None = None
+        pending = None
+        if not quiet:
+            meta = self.snapshotter.meta(snap, cp.checkpoint_id)
+            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq,
+                      self.backup_ttl_ms)  # fmt: skip
+            # the Redis copies go out first and are read back after the commit: one round
+            # trip each, overlapped. Restore trusts a copy only at PostgreSQL's newest
+            # sequence, so a copy of a checkpoint that then fails to commit is never used.
+            pending = self._send_cache(snap, meta, backup)
         try:
             agent.run_status = self._commit(cp, raw, snap, l1)
         except BaseException:
@@ -369,11 +381,14 @@ class AgentCheckpointer:
         cp: Checkpoint,
         raw: bytes,
         snap: Snapshot,
-        meta: SnapshotMeta,
+        meta: SnapshotMeta | None,
         conn: redis.connection.Connection | None,
     ) -> None:
         """After the commit: the Redis copies' reply, and the slow path when the script was
-        not loaded, or the secondary could not take a delta. Never over newer copies."""
+        not loaded, or the secondary could not take a delta. Never over newer copies.
+        Nothing for a quiet save (``meta`` None: no copies were sent)."""
+        if meta is None:
+            return
         try:
             try:
                 reply = self._drain(conn)

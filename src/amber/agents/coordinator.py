@@ -355,7 +355,9 @@ class LeadCoordinator:
         if preserve is None:
             preserve = self.analyses.get(aid).preserve
         try:
-            self.analyses.finish(aid, "completed", rows, control.owner, purge=not preserve)
+            self.analyses.finish(
+                aid, "completed", rows, control.owner, purge=not preserve, owner=control.owner
+            )
         except AnalysisStateError as exc:
             if exc.context.get("status") != "paused":
                 raise

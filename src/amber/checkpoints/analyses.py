@@ -145,6 +145,7 @@ class Analyses:
         results: builtins.list[tuple[str, str, str, Any, builtins.list[str]]],
         by: str | None,
         purge: bool = False,
+        owner: str | None = None,
         **detail: Any,
     ) -> None:
         """End a running analysis in one transaction: ``to`` (completed or failed), each
@@ -162,11 +163,14 @@ class Analyses:
             "by": by,
             "detail": _jsonb(detail or None),
             "purge": purge,
+            "owner": owner,
         }
         with self.pg.connection() as conn:  # one statement: all of it, or none
             row = conn.execute(sql.FINISH, params).fetchone()
         if row is None or not row[0]:
             raise self._refused(analysis_id, to)
+        if owner is not None:
+            self.leases.given_back(owner)
 
     @contextlib.contextmanager
     def runner_lock(

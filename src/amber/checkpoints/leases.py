@@ -30,6 +30,9 @@ from amber.schema import sql
 
 log = logging.getLogger("amber.leases")
 
+GIVEN_BACK_REMEMBERED = 10_000
+"""Owners a process remembers as given back, before it starts over (each is a run)."""
+
 LIVENESS_ATTEMPTS = 3
 """Tries at holding the liveness lock before a claim gives up with ``StoreUnavailable``."""
 
@@ -133,6 +136,8 @@ class Leases:
         """Owners whose lease this process failed to renew or found taken over."""
         self.statuses: dict[str, str] = {}
         """Each held lease's analysis status, as of the last heartbeat."""
+        self._given_back: set[str] = set()
+        """Owners whose lease the statement ending their run gave back (see ``release``)."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._beat: threading.Thread | None = None
@@ -195,11 +200,26 @@ class Leases:
     def release(self, analysis_id: str, owner: str) -> None:
         """Give the lease back (a no-op if it is no longer ours)."""
         with self._lock:
-            self._held.pop(owner, None)
-            self.lost.discard(owner)
-            self.statuses.pop(owner, None)
+            self._drop(owner)
+            if owner in self._given_back:  # the statement that ended the run did it
+                self._given_back.discard(owner)
+                return
         with self.pg.connection() as conn:
             conn.execute(sql.RELEASE, (analysis_id, owner))
+
+    def given_back(self, owner: str) -> None:
+        """The run's lease was given back by the statement that ended it: stop renewing
+        it, and let :meth:`release` skip its own statement."""
+        with self._lock:
+            self._drop(owner)
+            if len(self._given_back) >= GIVEN_BACK_REMEMBERED:
+                self._given_back.clear()
+            self._given_back.add(owner)
+
+    def _drop(self, owner: str) -> None:
+        self._held.pop(owner, None)
+        self.lost.discard(owner)
+        self.statuses.pop(owner, None)
 
     def holder(self, analysis_id: str) -> str | None:
         """The run holding a live lease on the analysis, if any."""

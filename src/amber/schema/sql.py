@@ -304,7 +304,10 @@ DELETE_RESULTS = "DELETE FROM analysis_results WHERE analysis_id = %s"
 
 FINISH = """
 WITH moved AS (
-    UPDATE analyses SET status = %(to)s::varchar, updated_at = NOW(), finished_at = NOW()
+    UPDATE analyses SET status = %(to)s::varchar, updated_at = NOW(), finished_at = NOW(),
+        lease_owner = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_owner END,
+        lease_key = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_key END,
+        lease_expires = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_expires END
     WHERE analysis_id = %(analysis_id)s AND status = 'running'
     RETURNING analysis_id),
 kept AS (
@@ -324,8 +327,8 @@ SELECT count(*) FROM moved
 """
 """End a running analysis in one statement: its status (completed or failed), each
 agent's result (a JSON list of {agent_id, agent_type, status, result, steps}), the event,
-and with ``purge`` its checkpoints deleted; nothing at all unless it was running (the
-count says 0 then)."""
+and with ``purge`` its checkpoints deleted; the lease is given back if ``owner`` holds it;
+nothing at all unless it was running (the count says 0 then)."""
 
 ADD_EVENT = "INSERT INTO analysis_events (analysis_id, kind, by, detail) VALUES (%s, %s, %s, %s)"
 

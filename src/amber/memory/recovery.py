@@ -168,7 +168,11 @@ class DualRecoveryStrategy:
                 epoch=epoch,
             )
         if fresh:
-            return self._empty(agent_id, t0, reason)
+            report = self._empty(agent_id, t0, reason)
+            if self.replayer is None and not snap.memory and report.epoch == snap.epoch:
+                # read just now and empty: the first checkpoint's base, so it reads nothing
+                self.snapshotter.remember(snap)
+            return report
         return self._restore(agent_id, analysis_id, agent_type, t0, reason)
 
     def _restore(

@@ -185,3 +185,28 @@ def test_a_lease_claimed_right_after_a_restart_is_held_by_a_live_process(
         assert leases.claim(aid, "test:another-process") is None
     finally:
         leases.release(aid, owner)
+
+
+def test_a_worker_claim_right_after_a_restart_is_held_by_a_live_process(
+    stack: amber.Stack, own_pg: EmbeddedPostgres
+) -> None:
+    """A worker's claim checks the liveness lock inside its own statement (no round trip
+    of its own): after a restart freed the lock, the statement sees it gone, the lock is
+    taken again, and the lease names a live lock that no other process can claim past."""
+    leases = stack.analyses.leases
+    first = examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL")
+    with stack.analyses.runner_lock(first):  # the liveness lock is taken
+        pass
+    restart(own_pg)
+    aid = wait_for(lambda: examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL"))
+    known = [e["agent_type"] for e in stack.analyses.get(aid).agents]
+    owner = "test:claim-next-after-restart"
+    claims = leases.claim_next(owner, 50, known)
+    try:
+        assert aid in {c.analysis_id for c in claims}
+        for c in claims:
+            assert stack.analyses.has_runner(c.analysis_id)
+        assert leases.claim_next("test:another-worker", 50, known) == []
+    finally:
+        for c in claims:
+            leases.release(c.analysis_id, c.owner)

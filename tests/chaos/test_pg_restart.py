@@ -166,18 +166,23 @@ def test_a_worker_that_loses_postgres_resumes_when_it_returns(
     assert len(results) == 3 and {r["status"] for r in results} == {"completed"}
 
 
+def _submitted_after_a_restart(stack: amber.Stack, own_pg: EmbeddedPostgres) -> str:
+    """Take the liveness lock, restart PostgreSQL (which frees it), then submit an
+    analysis: the pool's first statement meets a cut connection and reconnects."""
+    first = examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL")
+    with stack.analyses.runner_lock(first):  # the liveness lock is taken
+        pass
+    restart(own_pg)
+    return str(wait_for(lambda: examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL")))
+
+
 def test_a_lease_claimed_right_after_a_restart_is_held_by_a_live_process(
     stack: amber.Stack, own_pg: EmbeddedPostgres
 ) -> None:
     """The restart freed this process's liveness lock; a claim must take it again, or the
     lease it writes names a lock nobody holds and any other process could claim it too."""
     leases = stack.analyses.leases
-    first = examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL")
-    with stack.analyses.runner_lock(first):  # the liveness lock is taken
-        pass
-    restart(own_pg)
-    # the pool's first statement meets a cut connection; it reconnects
-    aid = wait_for(lambda: examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL"))
+    aid = _submitted_after_a_restart(stack, own_pg)
     owner = "test:claim-after-restart"
     assert leases.claim(aid, owner) is not None
     try:
@@ -194,11 +199,7 @@ def test_a_worker_claim_right_after_a_restart_is_held_by_a_live_process(
     of its own): after a restart freed the lock, the statement sees it gone, the lock is
     taken again, and the lease names a live lock that no other process can claim past."""
     leases = stack.analyses.leases
-    first = examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL")
-    with stack.analyses.runner_lock(first):  # the liveness lock is taken
-        pass
-    restart(own_pg)
-    aid = wait_for(lambda: examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL"))
+    aid = _submitted_after_a_restart(stack, own_pg)
     known = [e["agent_type"] for e in stack.analyses.get(aid).agents]
     owner = "test:claim-next-after-restart"
     claims = leases.claim_next(owner, 50, known)

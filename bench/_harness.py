@@ -319,6 +319,24 @@ def commit_floor(stack: Stack) -> Callable[[int], None]:
     return commit
 
 
+def redis_pg_floor(stack: Stack) -> Callable[[list[tuple[str, bytes]]], None]:
+    """An op writing (name, value) pairs to Redis in one round trip (plain ``SET`` s in a
+    pipeline, no script, under ``stack``'s key prefix), then committing one small row:
+    the least a save costs whose working memory lives in Redis and whose durability
+    comes from PostgreSQL."""
+    commit = commit_floor(stack)
+    base = f"{stack.keys.prefix}:floor:"
+
+    def write_and_commit(items: list[tuple[str, bytes]]) -> None:
+        pipe = stack.redis.pipeline(transaction=False)
+        for name, value in items:
+            pipe.set(base + name, value)
+        pipe.execute()
+        commit(0)
+
+    return write_and_commit
+
+
 # -- timing -----------------------------------------------------------------------------
 @dataclass
 class Stats:

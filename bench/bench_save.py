@@ -57,6 +57,7 @@ from _harness import (
     pg_setting,
     print_table,
     quick_flag,
+    redis_pg_floor,
     series,
     stats,
     write_keys,
@@ -72,6 +73,9 @@ MODES = ("checkpoint", "hybrid")
 LANGGRAPH = "langgraph"
 FLOOR = "pg commit"
 """A one-row INSERT committed on its own: what any save durable in PostgreSQL pays at least."""
+FLOOR_REDIS = "redis + pg"
+"""The changed values written to Redis in one round trip, then :data:`FLOOR`: what any save
+pays whose working memory is in Redis and whose durability is PostgreSQL's."""
 CHANGED = 5
 """Keys a step changes in the "5 changed" cases."""
 SUBTASK = "gather"
@@ -192,6 +196,7 @@ class Bench:
         self.restore_stack = eng.connect("checkpoint", tag="restore")
         self.cases: list[Case | str] = []
         self.commit_floor = commit_floor(self.stacks["checkpoint"])
+        self.redis_pg_floor = redis_pg_floor(self.stacks["checkpoint"])
 
     def sides(self, payload: Payload) -> tuple[dict[str, AmberSide], LangGraphSide]:
         """Fresh agents (one per mode) and a fresh thread, holding ``payload``."""
@@ -213,8 +218,11 @@ class Bench:
             mode: (lambda i, s=side: s.step(changes)) for mode, side in amber_sides.items()
         }
         ops[LANGGRAPH] = lambda i: lg.step(changes)
-        if goal == "save_5":  # the floor, beside the smallest save
+        if goal == "save_5":  # the floors, beside the smallest save
             ops[FLOOR] = self.commit_floor
+            ops[FLOOR_REDIS] = lambda i: self.redis_pg_floor(
+                [(k, orjson.dumps(v)) for k, v in changes.items()]
+            )
         out = series(ops, n, before=before, budget_s=budget)
         keys = len(payload.values)
         what = "all" if changed is None else str(changed)
@@ -308,7 +316,7 @@ class Bench:
                 out.append(case)
                 continue
             lg = case.st[LANGGRAPH]
-            for mode in (*MODES, FLOOR):
+            for mode in (*MODES, FLOOR, FLOOR_REDIS):
                 if mode not in case.st:
                     continue
                 st = case.st[mode]

@@ -48,6 +48,10 @@ def test_bench_save_quick(engines: Engines) -> None:
     for case in ("5 changed", "all changed", "full snapshot", "restore with memory"):
         rows = [line for line in lines if case in line]
         assert {"checkpoint"} <= {w for line in rows for w in line.split()}, (case, out[-3000:])
+    floors = [
+        line for line in lines if "5 changed" in line and ("pg commit" in line or "+ pg" in line)
+    ]
+    assert len(floors) == 2, out[-3000:]  # the two floors beside the smallest save
     saves = [line for line in lines if line.startswith("processes ")]
     assert saves and "LG saves/s" in saves[0], out[-3000:]
     assert any(line.startswith("1 process ") for line in lines), out[-3000:]

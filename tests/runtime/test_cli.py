@@ -110,7 +110,7 @@ def test_submit_queues_and_show_prints_results_and_the_timeline_after_the_run(
     assert ledger(book) == ["fetch", "count"]
 
     table = ok(amber_cli("analyses", "show", aid))
-    assert f"analysis {aid} · completed · - · cli_summary" in table
+    assert f"analysis {aid} · completed · cli_summary" in table  # no ticker: left out
     assert '{"words":4}' in table and "fetch, count" in table
     assert "submitted" in table and "completed" in table
 

@@ -131,11 +131,8 @@ def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json(report)
         return
-    console.print(
-        f"analysis {aid} · {report['status']} · {report['ticker'] or '-'}"
-        f" · {report['definition'] or '-'}",
-        highlight=False,
-    )
+    head = [f"analysis {aid}", report["status"], report["ticker"], report["definition"]]
+    console.print(" · ".join(part for part in head if part), highlight=False)
     agents = []
     for a in report["agents"]:
         result = orjson.dumps(a["result"]).decode() if a["result"] is not None else "-"

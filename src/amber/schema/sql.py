@@ -287,11 +287,14 @@ IN_FLIGHT_COUNT = f"SELECT count(*) FROM analyses a WHERE a.status = 'running' A
 LIVENESS_LOCK = "SELECT pg_try_advisory_lock(%s, %s)"
 
 # -- analysis_results and analysis_events --------------------------------------------------
-SAVE_RESULT = """
+_RESULT_UPSERT = """ON CONFLICT (analysis_id, agent_id) DO UPDATE SET status = EXCLUDED.status,
+    result = EXCLUDED.result, steps = EXCLUDED.steps, finished_at = NOW()"""
+"""A result written again (a rerun) replaces the one kept."""
+
+SAVE_RESULT = f"""
 INSERT INTO analysis_results (analysis_id, agent_id, agent_type, status, result, steps)
 VALUES (%s, %s, %s, %s, %s, %s)
-ON CONFLICT (analysis_id, agent_id) DO UPDATE SET status = EXCLUDED.status,
-    result = EXCLUDED.result, steps = EXCLUDED.steps, finished_at = NOW()
+{_RESULT_UPSERT}
 """
 """An agent's outcome, kept after its checkpoints are purged; written again on a rerun."""
 
@@ -302,7 +305,7 @@ WHERE analysis_id = %s ORDER BY agent_type
 
 DELETE_RESULTS = "DELETE FROM analysis_results WHERE analysis_id = %s"
 
-FINISH = """
+FINISH = f"""
 WITH moved AS (
     UPDATE analyses SET status = %(to)s::varchar, updated_at = NOW(), finished_at = NOW(),
         lease_owner = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_owner END,
@@ -315,8 +318,7 @@ kept AS (
     SELECT m.analysis_id, r->>'agent_id', r->>'agent_type', r->>'status', r->'result',
         ARRAY(SELECT jsonb_array_elements_text(r->'steps'))
     FROM moved m, jsonb_array_elements(%(results)s::jsonb) r
-    ON CONFLICT (analysis_id, agent_id) DO UPDATE SET status = EXCLUDED.status,
-        result = EXCLUDED.result, steps = EXCLUDED.steps, finished_at = NOW()),
+    {_RESULT_UPSERT}),
 noted AS (
     INSERT INTO analysis_events (analysis_id, kind, by, detail)
     SELECT analysis_id, %(to)s::varchar, %(by)s::text, %(detail)s::jsonb FROM moved),

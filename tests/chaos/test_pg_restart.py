@@ -76,6 +76,9 @@ class RestartAfterFirst:
     def __init__(self, inner: DualRecoveryStrategy, pg: EmbeddedPostgres, down: float) -> None:
         self.inner, self.pg, self.down = inner, pg, down
         self.recovered: list[str] = []
+        self.comeback: threading.Timer | None = None
+        """Starts PostgreSQL again after ``down``: joined before the test ends, so its
+        start never overlaps the next test's restart."""
 
     def recover_agent_state(
         self, agent_id: str, analysis_id: object, agent_type: str, fresh: bool = False
@@ -87,7 +90,8 @@ class RestartAfterFirst:
         if len(self.recovered) == 1:
             if self.down:  # down for a while: the resume meets it down, not back
                 self.pg.stop()
-                threading.Timer(self.down, self.pg.ensure).start()
+                self.comeback = threading.Timer(self.down, self.pg.ensure)
+                self.comeback.start()
             else:
                 restart(self.pg)
         return report
@@ -109,6 +113,8 @@ def test_resume_across_a_postgres_restart_mid_recovery(
     else:
         outcome = "completed" if report.resumed else report.message
     co.recovery = hook.inner
+    if hook.comeback is not None:
+        hook.comeback.join()
     wait_for(own_pg.pid)
 
     # not stuck: paused, or running with no live lease, and the same stack answers again
@@ -137,12 +143,13 @@ def test_a_worker_that_loses_postgres_resumes_when_it_returns(
     worker = examples.worker(stack, concurrency=1)
     worker.coordinator = examples.coordinator(stack, market)
     started: list[str] = []
+    comeback = threading.Timer(OUTAGE, own_pg.ensure)
 
     def on_start(agent: BaseAgent, name: str) -> None:
         started.append(f"{agent.agent_type}.{name}")
         if len(started) == 3:  # PostgreSQL goes away for a while under a running analysis
             own_pg.stop()
-            threading.Timer(OUTAGE, own_pg.ensure).start()
+            comeback.start()
 
     worker.coordinator.on_subtask_start = on_start
     aid = examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL")
@@ -155,6 +162,8 @@ def test_a_worker_that_loses_postgres_resumes_when_it_returns(
     finally:
         worker.stop()
         thread.join(60)
+        if comeback.is_alive():
+            comeback.join()  # its start must not overlap the next test's restart
     assert not thread.is_alive()
     print(
         f"\nworker: PostgreSQL down {OUTAGE:g}s at the 3rd step; {worker.stats.errors} run(s)"

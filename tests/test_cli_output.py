@@ -290,3 +290,19 @@ def test_progress_shows_on_a_terminal_only_without_json(world: World, tmp_path: 
         check=True,
     )
     assert "retention" not in piped.stdout + piped.stderr
+
+
+def test_help_shows_each_paragraph_of_a_docstring_as_one_line_to_wrap() -> None:
+    from amber.cli.app import reflowed
+
+    doc = """Claim and run queued analyses until SIGTERM (which hand the
+        work back); run ``amber worker`` on any machine.
+
+        A second
+        paragraph."""
+    assert reflowed(doc) == (
+        "Claim and run queued analyses until SIGTERM (which hand the work back); run amber"
+        " worker on any machine.\n\nA second paragraph."
+    )
+    out = CliRunner().invoke(app, ["--help"], terminal_width=200).output
+    assert "(which hand the work back at the next step); run as many as you like" in out

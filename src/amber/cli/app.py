@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import sys
@@ -131,4 +132,15 @@ def friendly(fn: Callable[P, R]) -> Callable[P, R]:
             say_error("error:", exc)
             raise typer.Exit(1) from None
 
+    wrapper.__doc__ = reflowed(fn.__doc__)
     return wrapper
+
+
+def reflowed(doc: str | None) -> str | None:
+    """A docstring as ``--help`` shows it: each paragraph on one line, for the terminal
+    to wrap (the source's line breaks would otherwise show mid-sentence), and without
+    the reST quotes around code."""
+    if doc is None:
+        return None
+    paragraphs = inspect.cleandoc(doc.replace("``", "")).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)

@@ -319,12 +319,13 @@ def commit_floor(stack: Stack) -> Callable[[int], None]:
     return commit
 
 
-def redis_pg_floor(stack: Stack) -> Callable[[list[tuple[str, bytes]]], None]:
+def redis_pg_floor(
+    stack: Stack, commit: Callable[[int], None]
+) -> Callable[[list[tuple[str, bytes]]], None]:
     """An op writing (name, value) pairs to Redis in one round trip (plain ``SET`` s in a
-    pipeline, no script, under ``stack``'s key prefix), then committing one small row:
-    the least a save costs whose working memory lives in Redis and whose durability
-    comes from PostgreSQL."""
-    commit = commit_floor(stack)
+    pipeline, no script, under ``stack``'s key prefix), then ``commit`` (an op of
+    :func:`commit_floor`): the least a save costs whose working memory lives in Redis
+    and whose durability comes from PostgreSQL."""
     base = f"{stack.keys.prefix}:floor:"
 
     def write_and_commit(items: list[tuple[str, bytes]]) -> None:

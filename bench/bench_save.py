@@ -196,7 +196,7 @@ class Bench:
         self.restore_stack = eng.connect("checkpoint", tag="restore")
         self.cases: list[Case | str] = []
         self.commit_floor = commit_floor(self.stacks["checkpoint"])
-        self.redis_pg_floor = redis_pg_floor(self.stacks["checkpoint"])
+        self.redis_pg_floor = redis_pg_floor(self.stacks["checkpoint"], self.commit_floor)
 
     def sides(self, payload: Payload) -> tuple[dict[str, AmberSide], LangGraphSide]:
         """Fresh agents (one per mode) and a fresh thread, holding ``payload``."""

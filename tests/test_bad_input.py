@@ -590,3 +590,17 @@ def test_pause_and_resume_check_reason_and_who(
     except InvalidValue as exc:
         assert field_of(exc) == "by"
         assert stack.analyses.get(analysis_id).status == "paused"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"n": 2**70}, {"s": {1, 2}}, {"text": "a\x00b"}, "not a dict"],
+)
+def test_agent_config_that_postgresql_cannot_store_is_named(
+    stack: amber.Stack, config: object
+) -> None:
+    before = analyses_count(stack)
+    with pytest.raises(InvalidValue) as err:
+        stack.coordinator.start_analysis("AAPL", [Probe], config=config)  # type: ignore[arg-type]
+    assert field_of(err.value) == "config"
+    assert analyses_count(stack) == before

@@ -99,3 +99,18 @@ def test_a_write_is_sent_again_only_when_it_was_not_run(
         with pytest.raises(type(error)):
             policy.call(send, ("RPUSH", "k", "v"), lambda: "node")
         assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379?clustr=true", "rediss://h:6380/0?sockt_timeout=1"]
+)
+def test_an_unknown_query_parameter_is_named(url: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        amber.connect(url, "postgresql://127.0.0.1:1/x")
+    assert "unknown query parameter" in err.value.message
+    assert url.rpartition("?")[2].partition("=")[0] in err.value.message
+
+
+def test_known_query_parameters_pass() -> None:
+    url = "redis://127.0.0.1:6379/0?socket_timeout=3&client_name=amber&health_check_interval=5"
+    assert load_settings(redis_url=url).redis_url == url

@@ -127,7 +127,43 @@ def _decode_all(docs: list[Any], where: str) -> list[bytes]:
         return [decode_bytes(d, f"{where}[{i}]") for i, d in enumerate(docs)]
 
 
+# -- JSON documents a user hands over --------------------------------------------------------
+def json_object(value: object, field: str, max_bytes: int) -> dict[str, Any]:
+    """``value`` if it is a JSON object PostgreSQL can store, else ``InvalidValue`` naming
+    ``field``: not a dict, not JSON (an integer past 64 bits, a set, an object), larger
+    than ``max_bytes`` encoded, or holding a NUL character (``jsonb`` cannot)."""
+    from amber.errors import InvalidValue
+
+    if not isinstance(value, dict):
+        raise InvalidValue(f"{field} must be a JSON object (a dict)", field=field)
+    try:
+        raw = orjson.dumps(value)
+    except TypeError as exc:
+        raise InvalidValue(f"{field} is not JSON: {exc}", field=field) from None
+    if len(raw) > max_bytes:
+        raise InvalidValue(f"{field} is too large", field=field, size=len(raw))
+    if b"\\u0000" in raw:
+        raise InvalidValue(
+            f"{field} holds a NUL character (\\u0000), which PostgreSQL cannot store",
+            field=field,
+        )
+    return dict(value)
+
+
 # -- one value --------------------------------------------------------------------------
+def scalar_bytes(value: bytes | str | int | float) -> bytes:
+    """The bytes Redis stores for one value written to working memory: the one encoding
+    every write path (direct calls, batches, log replay) uses, the same as redis-py's
+    (``str`` as UTF-8, ``int`` in decimal, ``float`` as ``repr``: 0.1 is ``b"0.1"``)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, int):
+        return str(int(value)).encode()
+    return repr(float(value)).encode()
+
+
 def encode_value(rtype: RedisType, value: Value) -> Any:
     """Canonical JSON-able form of one typed value."""
     if rtype == "string":

@@ -32,10 +32,13 @@ the application (``module:attr``) the command line loads."""
 class Durability(StrEnum):
     """How far a write travels before amber acknowledges it."""
 
-    HYBRID = "hybrid"
-    """Checkpoint → Redis secondary only; pause → Redis + PostgreSQL (DD-016)."""
     CHECKPOINT = "checkpoint"
-    """Every checkpoint → Redis + PostgreSQL, snapshot included (DD-011)."""
+    """The default: every checkpoint → Redis + PostgreSQL, with the working memory's
+    changes since the previous one (a whole image every so often), so PostgreSQL alone
+    rebuilds the memory of every checkpoint (DD-011)."""
+    HYBRID = "hybrid"
+    """Opt-in: checkpoint → Redis secondary only; pause → Redis + PostgreSQL (DD-016). A
+    Redis loss rolls an agent back to its last pause (docs/checkpoints.md)."""
     WAL = "wal"
     """As ``checkpoint``, and every L1 write is logged to a local WAL first (ADR-003)."""
 
@@ -88,6 +91,11 @@ class Settings(BaseSettings):
     data_dir: Annotated[Path, AfterValidator(_path)] = Path(defaults.DATA_DIR)
     prefix: Annotated[str, AfterValidator(_prefix)] = defaults.PREFIX
     durability: Durability = Durability(defaults.DURABILITY)
+    on_memory_lost: Literal["rollback", "pause"] = defaults.ON_MEMORY_LOST  # type: ignore[assignment]
+    """What an agent does when the working memory of its newest checkpoint cannot be
+    rebuilt (only in ``hybrid`` after a Redis loss, or when snapshots are corrupt): roll
+    back to the newest checkpoint whose memory can be and run the steps after it again,
+    or pause the analysis saying so."""
     active_ttl: Ttl = defaults.ACTIVE_TTL
     paused_ttl: Ttl = defaults.PAUSED_TTL
     checkpoint_backup_ttl: Ttl = defaults.CHECKPOINT_BACKUP_TTL

@@ -26,8 +26,13 @@ SNAPSHOT_TTL = 14 * DAY
 FAILED_RETENTION = 30 * DAY
 """How long checkpoints of a failed analysis are kept (DD-011)."""
 
-DURABILITY = "hybrid"
-"""Default durability mode: checkpoint → Redis secondary; pause → Redis + PostgreSQL."""
+DURABILITY = "checkpoint"
+"""Default durability mode: every checkpoint commits the working memory's changes to
+PostgreSQL too, so a Redis loss costs at most the step in flight."""
+
+ON_MEMORY_LOST = "rollback"
+"""When the memory of an agent's newest checkpoint cannot be rebuilt: roll back to the
+newest checkpoint whose memory can be (``pause``: stop and say so instead)."""
 
 CONNECT_TIMEOUT = 1.0
 """Seconds a server has to accept a connection and answer a first command before

@@ -102,6 +102,13 @@ class MemoryLost(ConsistencyError):
     (a restart, a flush, an expiry): recover it before reading, writing or snapshotting."""
 
 
+class MemoryRollbackRefused(MemoryLost):
+    """The working memory of an agent's newest checkpoint cannot be rebuilt, and the
+    settings (``on_memory_lost="pause"``) say to pause rather than roll the agent back to
+    the newest checkpoint whose memory can be (carries ``from_checkpoint``,
+    ``to_checkpoint`` and ``rerun``, the steps a rollback would run again)."""
+
+
 class CheckpointConflict(AmberError):
     """A newer checkpoint of this agent exists: the writer continued from an older one
     and must not replace it (carries ``analysis_id``, ``agent_type``, ``seq``)."""

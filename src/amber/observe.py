@@ -45,6 +45,9 @@ RECOVERY_PATHS = {
     "redis_secondary": "secondary",
     "postgresql_checkpoint": "postgresql",
     "empty": "empty",
+    "checkpoint_empty": "empty",
+    "rolled_back": "rolled_back",
+    "refused": "refused",
 }
 """A recovery report's ``path`` as the ``recovery`` event names it (else ``failed``)."""
 

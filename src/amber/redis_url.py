@@ -12,6 +12,7 @@ Accepted forms (no I/O here; ``amber.engines.connect`` opens the client):
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -53,6 +54,31 @@ def _nodes(netloc: str) -> tuple[tuple[str, int], ...]:
     return tuple(found)
 
 
+def _query_names(scheme: str) -> set[str]:
+    """The query parameters redis-py takes in a ``scheme`` URL: those it parses and the
+    connection's own keyword arguments (anything else reaches the connection and fails)."""
+    import inspect
+
+    from redis import connection as rc
+
+    cls = {"rediss": rc.SSLConnection, "unix": rc.UnixDomainSocketConnection}.get(
+        scheme, rc.Connection
+    )
+    names = set(rc.URL_QUERY_ARGUMENT_PARSERS)
+    for klass in (cls, rc.AbstractConnection):
+        names |= set(inspect.signature(klass).parameters)
+    return names - {"self", "kwargs", "args"}
+
+
+def _check_query(scheme: str, given: list[str]) -> None:
+    known = _query_names(scheme)
+    for name in given:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown query parameter {name!r} in a {scheme}:// URL{hint}")
+
+
 def parse_redis_url(url: str) -> RedisTarget:
     """The deployment ``url`` names; ``ValueError`` saying which forms are accepted."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
@@ -66,6 +92,7 @@ def parse_redis_url(url: str) -> RedisTarget:
                 f"'?cluster=' is not how amber selects a cluster; use redis+cluster://host:port"
                 f" (accepted: {ACCEPTED})"
             )
+        _check_query(scheme, list(query))
         return RedisTarget("single", url)
     if query:
         raise ValueError(f"{scheme}:// takes no query parameters; accepted: {ACCEPTED}")

@@ -16,13 +16,15 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 GO = "go"  # child: <action> <mode>, when it starts work
 PHASE = "phase"  # child: run | resume | pause, right before the call that does it
-START = "start"  # child: <analysis_id> <agent_type> <subtask> <checkpoint_seq> <runner> <time>
+START = (
+    "start"  # child: <analysis_id> <agent_type> <subtask> <checkpoint_seq> <runner> <time> <thread>
+)
 CALL = "call"  # child: <call key> <thread>, before the market serves the call
 CACHEKILL = "cachekill"  # child: right before it SIGKILLs itself after a PostgreSQL commit
 END = "end"  # child: <action> <outcome>, when the work returned
@@ -30,7 +32,7 @@ ERROR = "error"  # child: <exception type> <message>, when the work raised
 ROUND = "round"  # engine: <number> <kind>
 KILL = "kill"  # engine: <child pid> <reason>, right before it sends SIGKILL
 EXIT = "exit"  # engine: <child pid> <return code>, once the child is reaped
-FAULT = "fault"  # engine: redis-flush | redis-restart
+FAULT = "fault"  # engine: redis-flush | redis-restart, <time>
 
 PHASES = ("subtask", "commit", "pause", "recovery", "other")
 """Where a kill landed: see ``kill_phases``."""
@@ -107,6 +109,8 @@ class Start:
     runner: str
     time: float
     """Wall-clock seconds (``time.time()``) just before the subtask ran."""
+    thread: str = ""
+    """The thread that ran it (its agent's), as its calls name it."""
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,18 @@ def starts(entries: Iterable[Entry]) -> list[Start]:
     found = []
     for e in entries:
         if e.kind == START:
-            _, agent_type, subtask, seq, runner, at = e.fields
-            found.append(Start(e.index, e.pid, agent_type, subtask, int(seq), runner, float(at)))
+            _, agent_type, subtask, seq, runner, at, *thread = e.fields
+            found.append(
+                Start(e.index, e.pid, agent_type, subtask, int(seq), runner, float(at), *thread[:1])
+            )
     return found
 
 
-def reexecutions(started: Iterable[Start], rows: Iterable[CheckpointRow]) -> list[Start]:
+def reexecutions(
+    started: Iterable[Start],
+    rows: Iterable[CheckpointRow],
+    rerun: frozenset[tuple[str, str]] = frozenset(),
+) -> list[Start]:
     """Starts of a subtask whose completion had already committed.
 
     A start of S from seq b by runner R re-executes committed work if row b itself
@@ -144,6 +154,8 @@ def reexecutions(started: Iterable[Start], rows: Iterable[CheckpointRow]) -> lis
     by_seq = {(r.agent_type, r.seq): r for r in rows}
     found = []
     for s in started:
+        if (s.agent_type, s.subtask) in rerun:  # a rollback said it runs again
+            continue
         after = by_seq.get((s.agent_type, s.seq + 1))
         base = by_seq.get((s.agent_type, s.seq))
         if (base is not None and s.subtask in base.completed) or (
@@ -204,21 +216,80 @@ class Repeat:
         return self.made - 1 - self.excused
 
 
-def duplicate_calls(entries: Sequence[Entry]) -> tuple[int, list[Repeat]]:
-    """All repeats of a call key, and those beyond the one in flight per interruption.
+Committed = Callable[[str, str, float], bool]
+"""(agent_type, subtask, time) → whether that subtask's checkpoint had committed by then."""
+
+
+def _thread(e: Entry) -> str:
+    return e.fields[1] if len(e.fields) > 1 else ""
+
+
+def lost_with_redis(
+    entries: Sequence[Entry], committed: Committed, rerun: frozenset[tuple[str, str]]
+) -> set[int]:
+    """Calls whose responses a Redis loss may have taken, each excusing one repeat.
+
+    A call's subtask is the last one its thread started before it. A call whose
+    subtask had not committed when Redis was lost (a ``fault`` line after the
+    subtask started) is excused: its cached response was in the lost memory only, or,
+    made after the loss, went into a memory the recovery then replaced. So is every
+    call of a subtask that a reported rollback runs again (``rerun``, the opt-in mode).
+    """
+    faults = [
+        (e.index, float(e.fields[1])) for e in entries if e.kind == FAULT and len(e.fields) > 1
+    ]
+    # a subtask its own thread starts again at once was cut short by a memory found lost
+    # (the runner recovers it and runs the subtask again): its calls are the step in flight
+    restarted: set[int] = set()
+    previous: dict[tuple[int, str], Entry] = {}
+    for e in entries:
+        if e.kind == START and len(e.fields) > 6:
+            before = previous.get((e.pid, e.fields[6]))
+            if before is not None and before.fields[1:3] == e.fields[1:3]:
+                restarted.add(before.index)
+            previous[(e.pid, e.fields[6])] = e
+    current: dict[tuple[int, str], tuple[int, tuple[str, str]]] = {}
+    excused: set[int] = set()
+    for e in entries:
+        if e.kind == START and len(e.fields) > 6:
+            current[(e.pid, e.fields[6])] = (e.index, (e.fields[1], e.fields[2]))
+        elif e.kind == CALL:
+            found = current.get((e.pid, _thread(e)))
+            if found is None:
+                continue
+            began, subtask = found
+            if (
+                subtask in rerun
+                or began in restarted
+                or any(i > began and not committed(*subtask, t) for i, t in faults)
+            ):
+                excused.add(e.index)
+    return excused
+
+
+def duplicate_calls(
+    entries: Sequence[Entry],
+    committed: Committed | None = None,
+    rerun: frozenset[tuple[str, str]] = frozenset(),
+) -> tuple[int, list[Repeat]]:
+    """All repeats of a call key, and those beyond what interruptions excuse.
 
     The last call of each thread of an interrupted child (its agents run at once, one
     per thread) may have reached the provider without its response being kept: it
-    excuses one later repeat of its key. Every other repeat is duplicate work.
+    excuses one later repeat of its key. With ``committed``, so does a call whose
+    subtask had not committed when Redis was lost (see :func:`lost_with_redis`).
+    Every other repeat is duplicate work.
     """
     stopped = interrupted(entries)
     last_call: dict[tuple[int, str], int] = {}
     made: dict[str, list[Entry]] = {}
     for e in entries:
         if e.kind == CALL:
-            last_call[(e.pid, e.fields[1] if len(e.fields) > 1 else "")] = e.index
+            last_call[(e.pid, _thread(e))] = e.index
             made.setdefault(e.fields[0], []).append(e)
     in_flight = {index for (pid, _), index in last_call.items() if pid in stopped}
+    if committed is not None:
+        in_flight |= lost_with_redis(entries, committed, rerun)
     total, repeats = 0, []
     for key, calls in made.items():
         total += len(calls) - 1

@@ -15,7 +15,7 @@ KILL_ROWS = (
 
 FAILURE_ROWS = (
     ("reexecuted", "re-executions of committed subtasks"),
-    ("duplicate_calls", "duplicate calls beyond the one in flight"),
+    ("duplicate_calls", "duplicate calls (beyond those in flight at a kill or a Redis loss)"),
     ("stuck", "stuck analyses"),
     ("wrong_results", "completed analyses with results unlike an uninterrupted run"),
     ("failed", "analyses failed"),
@@ -35,6 +35,10 @@ class AnalysisCounts:
     all_repeats: int = 0
     """Every repeat of a call key, excused or not."""
     calls: int = 0
+    rollbacks: int = 0
+    """Agents rolled back after a Redis loss took their newest memory (hybrid only)."""
+    rerun: int = 0
+    """Subtasks those rollbacks ran again, reported as such."""
 
 
 @dataclass
@@ -82,6 +86,16 @@ class Tally:
         return sum(c.duplicate_calls for c in self.analyses.values())
 
     @property
+    def rollbacks(self) -> int:
+        """Agents rolled back, reported on their analysis's timeline (hybrid only)."""
+        return sum(c.rollbacks for c in self.analyses.values())
+
+    @property
+    def rerun(self) -> int:
+        """Subtasks run again by the reported rollbacks."""
+        return sum(c.rerun for c in self.analyses.values())
+
+    @property
     def calls(self) -> int:
         """Every market call made during the rounds."""
         return sum(c.calls for c in self.analyses.values())
@@ -108,6 +122,8 @@ class Tally:
             ("analyses started", str(len(self.analyses))),
             ("analyses completed", str(self.completed)),
             ("market calls", str(self.calls)),
+            ("rollbacks reported (hybrid, after a Redis loss)", str(self.rollbacks)),
+            ("subtasks those rollbacks ran again", str(self.rerun)),
         ]
         rows += [(label, str(getattr(self, name))) for name, label in FAILURE_ROWS]
         rows.append(("seed", str(self.seed)))

@@ -316,3 +316,58 @@ def test_kill_phases() -> None:
         7: "other",
     }
     assert set(count_phases(entries)) <= set(PHASES)
+
+
+# -- Redis losses -----------------------------------------------------------------------------
+def _committed(agent: str, subtask: str, at: float) -> bool:
+    return any(r.agent_type == agent and subtask in r.completed and r.time <= at for r in ROWS)
+
+
+def _with_thread(line: str, thread: str = "t1") -> str:
+    return f"{line} {thread}"
+
+
+def test_a_call_of_a_subtask_uncommitted_at_a_redis_loss_is_excused() -> None:
+    entries = ledger(
+        _with_thread(start(1, "fin", "peers", 2, "r2", 20.0)),
+        "call 1 a t1",
+        f"fault {ENGINE} redis-flush 20.5",  # peers commits at 21.0: not yet
+        f"exit {ENGINE} 1 0",
+        "call 2 a t1",
+    )
+    assert duplicate_calls(entries, _committed) == (1, [])
+    _, (repeat,) = duplicate_calls(entries)  # without the rule: a duplicate
+    assert repeat.excess == 1
+
+
+def test_a_call_of_a_subtask_committed_before_the_loss_is_a_duplicate() -> None:
+    entries = ledger(
+        _with_thread(start(1, "fin", "parse", 0, "r1", 10.0)),
+        "call 1 a t1",
+        f"fault {ENGINE} redis-flush 11.5",  # parse committed at 11.0: its memory is stored
+        f"exit {ENGINE} 1 0",
+        "call 2 a t1",
+    )
+    _, (repeat,) = duplicate_calls(entries, _committed)
+    assert repeat.excess == 1
+
+
+def test_a_subtask_restarted_by_its_own_thread_excuses_its_calls() -> None:
+    entries = ledger(
+        _with_thread(start(1, "fin", "peers", 2, "r2", 20.0)),
+        "call 1 a t1",
+        _with_thread(start(1, "fin", "peers", 2, "r2", 20.1)),  # memory lost: run again
+        "call 1 a t1",
+        f"exit {ENGINE} 1 0",
+    )
+    assert duplicate_calls(entries, _committed) == (1, [])
+
+
+def test_a_reported_rollback_excuses_the_calls_of_what_it_runs_again() -> None:
+    entries = ledger(
+        _with_thread(start(1, "fin", "parse", 0, "r1", 10.0)),
+        "call 1 a t1",
+        f"exit {ENGINE} 1 0",
+        "call 2 a t1",
+    )
+    assert duplicate_calls(entries, _committed, frozenset({("fin", "parse")})) == (1, [])

@@ -81,10 +81,15 @@ class RestartAfterFirst:
         start never overlaps the next test's restart."""
 
     def recover_agent_state(
-        self, agent_id: str, analysis_id: object, agent_type: str, fresh: bool = False
+        self,
+        agent_id: str,
+        analysis_id: object,
+        agent_type: str,
+        fresh: bool = False,
+        want: Any = None,
     ) -> Any:
         report: RecoveryReport = self.inner.recover_agent_state(
-            agent_id, analysis_id, agent_type, fresh
+            agent_id, analysis_id, agent_type, fresh, want
         )
         self.recovered.append(agent_type)
         if len(self.recovered) == 1:

@@ -42,13 +42,15 @@ def test_the_plan_is_a_function_of_the_seed_and_the_round() -> None:
     assert {choose_mode(7, k, ("wal",)) for k in range(20)} == {"wal"}
 
 
-@pytest.mark.parametrize("mode", ["hybrid", "checkpoint"])
-def test_redis_is_never_lost_under_an_analysis_outside_wal_mode(mode: str) -> None:
-    assert not set(possible_kinds(mode, True)) & set(REDIS_KINDS)
+@pytest.mark.parametrize("mode", MODES)
+def test_redis_is_lost_under_analyses_of_every_mode(mode: str) -> None:
+    assert set(REDIS_KINDS) <= set(possible_kinds(mode, True))
     assert {choose_kind(round_rng(3, n), mode, True) for n in range(300)} == {
         "kill",
         "commit",
         "pause",
+        "flush",
+        "restart",
     }
 
 

@@ -105,6 +105,7 @@ def install(stack: amber.Stack, order: Order, ledger: Ledger) -> None:
             agent.checkpoint_seq,
             agent.runner,
             now,
+            str(threading.get_ident()),
         )
 
     co.on_subtask_start = on_start

@@ -149,9 +149,9 @@ def test_non_json_interim_result_is_a_clear_error(stack: amber.Stack, agent: Pro
 
 
 def test_durability_mode_decides_where_l1_goes(stack: amber.Stack, agent: Probe) -> None:
-    assert stack.settings.durability == Durability.HYBRID
-    hybrid = stack.checkpointer.save_checkpoint(agent, "one")
-    dual = stack.checkpointer.save_checkpoint(agent, "one", dual_write=True)
+    assert stack.settings.durability == Durability.CHECKPOINT  # the default
+    dual = stack.checkpointer.save_checkpoint(agent, "one")
+    hybrid = stack.checkpointer.save_checkpoint(agent, "one", dual_write=False)
     with stack.pg.connection() as conn:
         rows = dict(
             conn.execute(

@@ -14,6 +14,8 @@ from amber import Durability, codec
 from amber.agents import BaseAgent
 from amber.checkpoints.store import QUIET_MAX_BYTES
 
+from ..conftest import Engines
+
 
 class Still(BaseAgent):
     """Records results and never touches its working memory."""
@@ -48,10 +50,14 @@ def _backup_seq(stack: amber.Stack, agent: BaseAgent) -> int | None:
     return None if blob is None else codec.sealed_seq(blob)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def hybrid(stack: amber.Stack) -> amber.Stack:
-    assert stack.settings.durability == Durability.HYBRID  # the default mode
-    return stack
+@pytest.fixture(scope="module")
+def hybrid(engines: Engines) -> Iterator[amber.Stack]:
+    """A stack in the opt-in ``hybrid`` mode, on the suite's servers."""
+    with amber.connect(
+        engines.redis_url, engines.database_url, prefix=engines.prefix, durability="hybrid"
+    ) as s:
+        assert s.settings.durability == Durability.HYBRID
+        yield s
 
 
 def test_saves_of_an_empty_unchanged_memory_leave_redis_alone(

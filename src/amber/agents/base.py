@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import orjson
 
-from amber import observe
+from amber import codec, defaults, observe
 from amber.checkpoints.model import Checkpoint
 from amber.errors import AmberError, UnknownAgent
 from amber.keys import call_key, check_id, check_version
+from amber.memory.recovery import MemoryMark
 from amber.memory.working import AgentMemory
 
 if TYPE_CHECKING:
@@ -132,6 +133,8 @@ class BaseAgent:
         """Sequence of the newest checkpoint this agent continues from (0: none yet)."""
         self.checkpoint_l1_keys = 0
         """Keys in that checkpoint's working-memory snapshot."""
+        self.checkpoint_l1: MemoryMark | None = None
+        """Which memory that checkpoint was taken with (None: none yet, or not recorded)."""
         self.runner = ""
         """The run this agent belongs to (``host:pid:token``); written into its checkpoints."""
         self.step_functions: dict[str, str] = {}
@@ -158,7 +161,7 @@ class BaseAgent:
             "agent_type": cls.agent_type,
             "agent_id": cls.new_agent_id(cls.agent_type),
             "version": cls.version,
-            "config": dict(config or {}),
+            "config": codec.json_object(config or {}, "config", defaults.DOCUMENT_MAX_BYTES),
             "steps": cls.steps_declared(),
             "fingerprint": cls.fingerprint(),
         }
@@ -223,12 +226,29 @@ class BaseAgent:
         """
         self.checkpoint_seq = max(cp.seq, head_seq or 0)
         self.checkpoint_l1_keys = cp.l1_snapshot_keys or 0
+        self.checkpoint_l1 = (
+            MemoryMark(cp.l1_snapshot_seq or 0, cp.l1_snapshot_hash, cp.l1_snapshot_epoch)
+            if cp.l1_snapshot_hash
+            else None
+        )
         self.completed_subtasks = list(cp.completed_subtasks)
         self.pending_subtasks = list(cp.pending_subtasks)
         self.retry_count = cp.retry_count
         self.config = dict(cp.agent_config)
         self.set_interim_results(cp.interim_results)
         self.step_functions = dict(cp.step_functions)
+
+    def restart(self, head_seq: int) -> None:
+        """Continue from the start, as if no checkpoint had been taken (every step runs
+        again); the next checkpoint still follows ``head_seq``, the newest stored."""
+        self.checkpoint_seq = head_seq
+        self.checkpoint_l1_keys = 0
+        self.checkpoint_l1 = None
+        self.completed_subtasks = []
+        self.pending_subtasks = list(self.subtasks)
+        self.interim_results = {}
+        self.step_functions = {}
+        self.retry_count = 0
 
     # -- work -----------------------------------------------------------------------------
     def run_subtask(self, name: str) -> Any:

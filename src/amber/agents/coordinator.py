@@ -11,6 +11,7 @@ Agents of one analysis run concurrently (``agent_concurrency``), each one's step
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import uuid
@@ -34,6 +35,7 @@ from amber.errors import (
     CheckpointNotFound,
     CodeChanged,
     MemoryLost,
+    MemoryRollbackRefused,
     QuotaExceeded,
     StepFailed,
     StepInDoubt,
@@ -55,7 +57,7 @@ log = logging.getLogger("amber.coordinator")
 LOSS_RECOVERIES = 5
 """Times one subtask may recover lost working memory and start again before giving up."""
 
-PAUSING = ("quota_exhausted", "step_in_doubt")
+PAUSING = ("quota_exhausted", "step_in_doubt", "memory_lost")
 """Agent outcomes that pause the analysis, with that reason."""
 
 
@@ -217,19 +219,19 @@ class LeadCoordinator:
             agent.runner = runner
             agent.input = dict(record.input or {})
             fresh = cls.agent_type not in heads  # never checkpointed: no snapshot anywhere
+            if not fresh:
+                try:
+                    restored = self.checkpointer.restore_checkpoint(
+                        record.analysis_id, cls.agent_type, cls.version, agent.agent_id
+                    )
+                    agent.apply_checkpoint(restored.checkpoint, restored.head_seq)
+                    if code:
+                        _check_subtasks(record.analysis_id, agent)
+                except CheckpointNotFound:
+                    fresh = True
+            # the memory recovered is the checkpoint's, or the agent rolls back to one
+            # whose memory could be rebuilt and says so
             reports[agent.agent_type] = self._recover(agent, fresh)
-            if fresh:
-                agents.append(agent)
-                continue
-            try:
-                restored = self.checkpointer.restore_checkpoint(
-                    record.analysis_id, cls.agent_type, cls.version, agent.agent_id
-                )
-                agent.apply_checkpoint(restored.checkpoint, restored.head_seq)
-                if code:
-                    _check_subtasks(record.analysis_id, agent)
-            except CheckpointNotFound:
-                pass
             agents.append(agent)
         return agents, reports
 
@@ -244,11 +246,72 @@ class LeadCoordinator:
             return type(f"StandIn[{name}]", (BaseAgent,), attrs)
 
     def _recover(self, agent: BaseAgent, fresh: bool = False) -> RecoveryReport:
+        """Recover the agent's working memory as of the checkpoint it continues from; where
+        only an older memory can be rebuilt, roll the agent back to the newest checkpoint
+        taken with that memory (or pause, per ``on_memory_lost``)."""
+        want = None if fresh else agent.checkpoint_l1
         report = self.recovery.recover_agent_state(
-            agent.agent_id, agent.analysis_id, agent.agent_type, fresh
+            agent.agent_id, agent.analysis_id, agent.agent_type, fresh, want
         )
+        if not report.current:
+            report = self._roll_back(agent, report)
         agent.l1_cache.guard(report.epoch)
         return report
+
+    def _roll_back(self, agent: BaseAgent, report: RecoveryReport) -> RecoveryReport:
+        """The agent continues from the newest checkpoint whose memory ``report`` restored
+        (its start if none): the steps after it run again. Recorded on the timeline and
+        in the metrics; ``MemoryRollbackRefused`` instead when the settings say pause."""
+        head = agent.checkpoint_seq
+        assert report.hash is not None
+        cp = self.checkpointer.with_memory(
+            agent.analysis_id, agent.agent_type, report.hash, head, agent.version
+        )
+        to = cp.seq if cp is not None else 0
+        done = list(agent.completed_subtasks)
+        kept = set(cp.completed_subtasks) if cp is not None else set()
+        rerun = tuple(s for s in done if s not in kept)
+        detail = {
+            "agent_type": agent.agent_type,
+            "from_checkpoint": head,
+            "to_checkpoint": to,
+            "rerun": list(rerun),
+            "reason": report.reason,
+        }
+        if self.settings.on_memory_lost == "pause":
+            observe.emit(observe.RECOVERY, path="refused")
+            raise MemoryRollbackRefused(
+                f"{agent.agent_type}: the working memory of checkpoint {head} cannot be"
+                f" rebuilt ({report.reason}); the newest that can is checkpoint {to}'s."
+                f" Rolling back would run again: {', '.join(rerun) or 'nothing'}. Resume with"
+                " on_memory_lost='rollback' (AMBER_ON_MEMORY_LOST=rollback) to do so",
+                analysis_id=agent.analysis_id,
+                agent_id=agent.agent_id,
+                **{k: v for k, v in detail.items() if k not in ("agent_type", "reason")},
+            )
+        if cp is not None:
+            agent.apply_checkpoint(cp, head)
+        else:
+            agent.restart(head)
+        self.checkpointer.snapshotter.forget(agent.agent_id)
+        log.warning(
+            "%s rolled back from checkpoint %d to %d (its memory was lost: %s); running again: %s",
+            agent.agent_id,
+            head,
+            to,
+            report.reason,
+            ", ".join(rerun) or "nothing",
+        )
+        self.analyses.event(agent.analysis_id, "rolled_back", agent.runner or None, **detail)
+        observe.emit(observe.RECOVERY, path="rolled_back")
+        return dataclasses.replace(
+            report,
+            path="rolled_back",
+            current=True,
+            rolled_back_from=head,
+            rolled_back_to=to,
+            rerun=rerun,
+        )
 
     # -- running ------------------------------------------------------------------------
     def run(
@@ -285,7 +348,14 @@ class LeadCoordinator:
             )
         if claim.taken_over:
             observe.emit(observe.TAKEOVER)
-        agents, _ = self.prepare_agents(record, claim.owner, heads=claim.heads)
+        try:
+            agents, _ = self.prepare_agents(record, claim.owner, heads=claim.heads)
+        except MemoryRollbackRefused as exc:
+            self._pause_here(aid, "memory_lost", claim.owner)
+            self.analyses.pause_failed(aid, str(exc))
+            for entry in record.agents:
+                self.release(entry["agent_id"])
+            return {}
         return self.run_prepared(
             aid, agents, RunControl(claim.owner, self.analyses.leases, shutdown, record.preserve)
         )
@@ -434,7 +504,14 @@ class LeadCoordinator:
                 log.warning(
                     "%s lost its working memory in %s; recovering: %s", agent.agent_id, name, exc
                 )
-                self._recover(agent)
+                try:
+                    self._recover(agent)
+                except MemoryRollbackRefused as refused:
+                    control.stop.set()
+                    stop = Stop(
+                        "memory_lost", str(refused), {"subtask": name, **_describe(refused)}
+                    )
+                    return self._result(agent, "memory_lost", str(refused)), stop
                 continue
             except RunStopped as exc:
                 return self._result(agent, str(exc.context.get("reason"))), None
@@ -481,6 +558,17 @@ class LeadCoordinator:
         states = []
         for agent in agents:
             stop = stops.get(agent.agent_type)
+            if stop is not None and stop.status == "memory_lost":
+                # its newest checkpoint stays the one to continue from: nothing lost is stored
+                states.append(
+                    {
+                        "agent_type": agent.agent_type,
+                        "agent_id": agent.agent_id,
+                        "seq": agent.checkpoint_seq,
+                        "memory_lost": stop.error,
+                    }
+                )
+                continue
             for attempt in range(2):
                 try:
                     cp = self.checkpointer.save_checkpoint(

@@ -42,7 +42,8 @@ from amber.errors import (
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
 from amber.memory.journal import L1Journal
-from amber.memory.restore import PG_SNAPSHOTS_TRIED
+from amber.memory.recovery import MemoryMark
+from amber.memory.restore import PG_SNAPSHOTS_TRIED, fold_chain
 from amber.memory.snapshot import (
     MAX_CHAIN,
     L1CacheSnapshotter,
@@ -87,6 +88,8 @@ class Checkpointable(Protocol):
     """The sequence of the checkpoint this agent continues from (0: none)."""
     checkpoint_l1_keys: int
     """Keys in that checkpoint's L1 snapshot."""
+    checkpoint_l1: MemoryMark | None
+    """Which memory that checkpoint was taken with (None: none, or not recorded)."""
     runner: str
     step_functions: dict[str, str]
     """The function each completed step ran (``module:qualname``), by step key."""
@@ -233,6 +236,7 @@ class AgentCheckpointer:
             raise
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
+        agent.checkpoint_l1 = MemoryMark(snap.seq, snap.hash, snap.epoch)
         self.snapshotter.remember(
             snap, cp.seq if l1 else None, l1.chain if l1 else 0, private=private
         )
@@ -315,12 +319,14 @@ class AgentCheckpointer:
             "state": codec.pack(raw),
             "state_sha256": codec.sha256_hex(raw),
             "state_size": len(raw),
+            # the memory's identity goes in every row, its image only where stored: a
+            # rollback finds the newest checkpoint taken with a memory it could rebuild
             "l1_snapshot": l1.blob if l1 else None,
-            "l1_snapshot_hash": snap.hash if l1 else None,
-            "l1_snapshot_seq": snap.seq if l1 else None,
+            "l1_snapshot_hash": snap.hash,
+            "l1_snapshot_seq": snap.seq,
             "l1_snapshot_size": l1.size if l1 else None,
-            "l1_snapshot_epoch": snap.epoch if l1 else None,
-            "l1_snapshot_keys": len(snap.memory) if l1 else None,
+            "l1_snapshot_epoch": snap.epoch,
+            "l1_snapshot_keys": len(snap.memory),
             "l1_snapshot_base": l1.base if l1 else None,
         }
         try:
@@ -475,6 +481,23 @@ class AgentCheckpointer:
             Checkpoint.from_doc(doc), source, elapsed_ms(t0), skipped, migrated, int(head)
         )
 
+    def with_memory(
+        self, analysis_id: object, agent_type: str, memory_hash: str, at_most: int, version: str
+    ) -> Checkpoint | None:
+        """The newest checkpoint up to sequence ``at_most`` that was taken with the memory
+        ``memory_hash`` and passes its checksum (migrated to ``version``); None if none was."""
+        aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
+        with self.pg.connection() as conn:
+            rows = conn.execute(
+                sql.CHECKPOINTS_WITH_MEMORY, (aid, atype, at_most, memory_hash, PG_FALLBACK_ROWS)
+            ).fetchall()
+        skipped: list[str] = []
+        for row in rows:
+            if (doc := self._verified(row, skipped)) is not None:
+                doc, _ = self.migrations.upgrade(doc, version)
+                return Checkpoint.from_doc(doc)
+        return None
+
     def _read_backup(self, agent_id: str, skipped: list[str]) -> tuple[int, dict[str, Any]] | None:
         try:
             with redis_errors(agent_id):
@@ -546,18 +569,25 @@ class AgentCheckpointer:
         return Checkpoint.from_doc({**doc, "seq": seq})
 
     def snapshot_of(self, checkpoint_id: object) -> dict[str, codec.Entry] | None:
-        """The L1 snapshot stored with a checkpoint, or None if it has none."""
+        """The L1 snapshot stored with a checkpoint (rebuilt from its chain of deltas, each
+        row's hash checked), or None if it has none."""
         cid = check_uuid(checkpoint_id, "checkpoint_id")
         with self.pg.connection() as conn:
             row = conn.execute(sql.SNAPSHOT_BY_CHECKPOINT_ID, (cid,)).fetchone()
-        if row is None:
-            raise CheckpointNotFound("no checkpoint with this id", checkpoint_id=cid)
-        if row[0] is None:
-            return None
-        try:
-            return codec.unpack_memory(row[0], row[1])
-        except codec.CodecError as exc:
-            raise CheckpointCorrupt(f"snapshot {exc}", checkpoint_id=cid) from None
+            if row is None:
+                raise CheckpointNotFound("no checkpoint with this id", checkpoint_id=cid)
+            aid, atype, seq, stored = row
+            if not stored:
+                return None
+            rows = conn.execute(
+                sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": int(seq) + 1}
+            ).fetchall()
+        chain, error = fold_chain(rows)
+        if error or not chain or rows[len(chain) - 1][0] != seq:
+            raise CheckpointCorrupt(
+                f"snapshot: {error or 'its chain is incomplete'}", checkpoint_id=cid
+            )
+        return chain.loaded(-1).memory
 
     def ids_like(self, prefix: str, limit: int = 5) -> list[str]:
         """Checkpoint ids that start with ``prefix``, at most ``limit``."""

@@ -196,8 +196,15 @@ def resume(
         outcome = f"; {result.progress}, {result.status}" if result else ""
         verified = "verified" if r.verified else "NOT verified"
         console.print(
-            f"  {agent_type}: {r.path} in {r.ms:.1f} ms, {r.keys} keys, {verified}{outcome}"
+            f"  {agent_type}: {r.path} in {r.ms:.1f} ms, {r.keys} keys, {verified}{outcome}",
+            highlight=False,
         )
+        if r.path == "rolled_back":
+            console.print(
+                f"    its memory at checkpoint {r.rolled_back_from} was lost: rolled back to"
+                f" checkpoint {r.rolled_back_to}, running again: {', '.join(r.rerun) or '-'}",
+                highlight=False,
+            )
     if report.paused_again:
         console.print(f"paused again: {report.paused_again.reason}")
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from amber import observe
+from amber import codec, observe
 from amber.errors import AmberError, StoreUnavailable
 from amber.keys import check_id
 from amber.memory.restore import L1CacheRestorer, Loaded
@@ -15,6 +16,9 @@ from amber.memory.snapshot import L1CacheSnapshotter, Snapshot, elapsed_ms
 from amber.memory.ttl import L1TTLManager
 
 log = logging.getLogger("amber.memory")
+
+EMPTY_HASH = codec.combine(0)
+"""The hash of an empty working memory."""
 
 Replayer = Callable[[str, int, str | None], tuple[int, str | None]]
 """(agent_id, after_seq, epoch) → (entries replayed, epoch after): the WAL mode's log
@@ -28,7 +32,10 @@ class RecoveryReport:
 
     agent_id: str
     path: str
-    """``l1_existing``, ``redis_secondary``, ``postgresql_checkpoint`` or ``empty``."""
+    """``l1_existing``, ``redis_secondary``, ``postgresql_checkpoint``, ``empty`` (an agent
+    with no checkpoint), ``checkpoint_empty`` (its checkpoint's memory was empty, and no
+    snapshot of it is stored), or ``rolled_back`` (the memory of the newest checkpoint
+    could not be rebuilt: the agent continues from an older checkpoint whose memory could)."""
     ms: float
     keys: int
     seq: int
@@ -41,6 +48,27 @@ class RecoveryReport:
     """Why the L1 fast path was not taken, when it was not."""
     epoch: str | None = None
     """The incarnation of the memory now in Redis (None: no memory)."""
+    hash: str | None = None
+    """The hash of the memory restored (None: L1 kept as it was)."""
+    current: bool = True
+    """Whether the memory is that of the checkpoint the agent continues from (or newer
+    writes of the same memory); False: only an older memory could be rebuilt, and the
+    agent must roll back to the checkpoint that holds it (see ``LeadCoordinator``)."""
+    rolled_back_from: int | None = None
+    """With ``rolled_back``: the newest checkpoint, whose memory was lost."""
+    rolled_back_to: int | None = None
+    """With ``rolled_back``: the checkpoint the agent continues from (0: its start)."""
+    rerun: tuple[str, ...] = ()
+    """With ``rolled_back``: the steps that run again."""
+
+
+@dataclass(frozen=True)
+class MemoryMark:
+    """Which memory a checkpoint was taken with: its L1 sequence, hash and incarnation."""
+
+    seq: int
+    hash: str
+    epoch: str | None = None
 
 
 def _born_from_snapshot_at_least(epoch: str | None, seq: int) -> bool:
@@ -51,7 +79,7 @@ def _born_from_snapshot_at_least(epoch: str | None, seq: int) -> bool:
     return born.isdigit() and int(born) >= seq
 
 
-def l1_complete(snap: Snapshot, reference: Loaded | None) -> tuple[bool, str]:
+def l1_complete(snap: Snapshot, reference: Loaded | MemoryMark | None) -> tuple[bool, str]:
     """Whether L1 as it is can be trusted, and why not when it cannot.
 
     Complete means: L1 exists, nothing its index lists has expired, it is not older
@@ -101,7 +129,12 @@ class DualRecoveryStrategy:
         self.replayer = replayer
 
     def recover_agent_state(
-        self, agent_id: str, analysis_id: object, agent_type: str, fresh: bool = False
+        self,
+        agent_id: str,
+        analysis_id: object,
+        agent_type: str,
+        fresh: bool = False,
+        want: MemoryMark | None = None,
     ) -> RecoveryReport:
         """Make the agent's L1 whole again and say how.
 
@@ -109,18 +142,29 @@ class DualRecoveryStrategy:
         its reason logged; ``ConsistencyError`` if every snapshot there is fails. With
         ``fresh`` (the agent has no checkpoint, so no snapshot of it exists anywhere)
         only L1 is read: kept if complete, else the memory starts empty.
+
+        ``want`` is the memory of the checkpoint the agent continues from: L1 as it is
+        must descend from it, and a restore looks for it first. When no tier holds it,
+        the newest memory that can be rebuilt is restored and the report says
+        ``current=False`` (nothing is emitted then: the caller rolls back and says so).
         """
         try:
-            report = self._recover(agent_id, analysis_id, agent_type, fresh)
+            report = self._recover(agent_id, analysis_id, agent_type, fresh, want)
         except AmberError as exc:
             if not isinstance(exc, StoreUnavailable):
                 observe.emit(observe.RECOVERY, path="failed")
             raise
-        observe.emit(observe.RECOVERY, path=observe.recovery_path(report.path))
+        if report.current:
+            observe.emit(observe.RECOVERY, path=observe.recovery_path(report.path))
         return report
 
     def _recover(
-        self, agent_id: str, analysis_id: object, agent_type: str, fresh: bool
+        self,
+        agent_id: str,
+        analysis_id: object,
+        agent_type: str,
+        fresh: bool,
+        want: MemoryMark | None,
     ) -> RecoveryReport:
         t0 = time.perf_counter()
         check_id(agent_id, "agent_id")
@@ -131,9 +175,11 @@ class DualRecoveryStrategy:
             raise
         except AmberError as exc:  # garbage in the index or sequence: L1 is not trusted
             log.warning("L1 of %s is unreadable: %s", agent_id, exc)
-            return self._restore(agent_id, analysis_id, agent_type, t0, f"L1 unreadable: {exc}")
-        reference: Loaded | None = None
-        if snap.indexed and not fresh:
+            return self._restore(
+                agent_id, analysis_id, agent_type, t0, f"L1 unreadable: {exc}", want
+            )
+        reference: Loaded | MemoryMark | None = want
+        if snap.indexed and not fresh and want is None:
             loaders: list[Callable[[], Loaded | None]] = [
                 lambda: self.l1_restorer.load_secondary(agent_id),
                 lambda: self.l1_restorer.load_postgres(analysis_id, agent_type),
@@ -173,14 +219,43 @@ class DualRecoveryStrategy:
                 # read just now and empty: the first checkpoint's base, so it reads nothing
                 self.snapshotter.remember(snap)
             return report
-        return self._restore(agent_id, analysis_id, agent_type, t0, reason)
+        return self._restore(agent_id, analysis_id, agent_type, t0, reason, want)
 
     def _restore(
-        self, agent_id: str, analysis_id: object, agent_type: str, t0: float, reason: str
+        self,
+        agent_id: str,
+        analysis_id: object,
+        agent_type: str,
+        t0: float,
+        reason: str,
+        want: MemoryMark | None = None,
     ) -> RecoveryReport:
-        report = self.l1_restorer.restore_from_snapshot(agent_id, analysis_id, agent_type)
+        report = self.l1_restorer.restore_from_snapshot(
+            agent_id, analysis_id, agent_type, want.hash if want else None
+        )
         if report is None:
-            return self._empty(agent_id, t0, reason)
+            empty = self._empty(agent_id, t0, reason, wipe=want is not None)
+            if want is None:
+                return empty
+            if want.hash == EMPTY_HASH:  # the checkpoint's memory was empty: rebuilt
+                return dataclasses.replace(empty, path="checkpoint_empty", verified=True)
+            return dataclasses.replace(empty, current=False)
+        if want is not None and report.hash != want.hash:
+            # an older memory than the checkpoint's: no log replay onto it (the log
+            # continues the lost memory), and the caller rolls the agent back to it
+            return RecoveryReport(
+                agent_id,
+                report.source,
+                elapsed_ms(t0),
+                report.keys,
+                report.seq,
+                report.verified,
+                0,
+                f"{reason}; the memory of the newest checkpoint could not be rebuilt",
+                report.epoch,
+                report.hash,
+                current=False,
+            )
         replayed, epoch = self._replay(agent_id, report.seq, report.epoch)
         now = self.snapshotter.take(agent_id, full=True) if replayed else None
         return RecoveryReport(
@@ -193,12 +268,16 @@ class DualRecoveryStrategy:
             replayed,
             reason,
             epoch,
+            report.hash,
         )
 
-    def _empty(self, agent_id: str, t0: float, reason: str) -> RecoveryReport:
-        """No snapshot anywhere: the memory starts from nothing (or from its log)."""
+    def _empty(self, agent_id: str, t0: float, reason: str, wipe: bool = False) -> RecoveryReport:
+        """No snapshot anywhere: the memory starts from nothing (or from its log).
+
+        ``wipe``: whatever is left in L1 (keys of a memory found incomplete) is cleared,
+        so the empty memory reported is the one in Redis."""
         epoch = None
-        if self.replayer is not None:  # the log holds it all: start from nothing
+        if self.replayer is not None or wipe:  # the log holds it all: start from nothing
             epoch = self.l1_restorer.wipe(agent_id)
         replayed, epoch = self._replay(agent_id, 0, epoch)
         now = self.snapshotter.take(agent_id, full=True) if replayed else None
@@ -212,6 +291,7 @@ class DualRecoveryStrategy:
             replayed,
             reason,
             epoch,
+            None if now else EMPTY_HASH,
         )
 
     def _replay(self, agent_id: str, after: int, epoch: str | None) -> tuple[int, str | None]:

@@ -411,20 +411,28 @@ class L1CacheRestorer:
             yield "postgresql_checkpoint", _loader(found)
 
     def restore_from_snapshot(
-        self, agent_id: str, analysis_id: object, agent_type: str
+        self, agent_id: str, analysis_id: object, agent_type: str, want: str | None = None
     ) -> RestoreReport | None:
         """Restore the newest snapshot that verifies; None if there is no snapshot at all.
 
-        A tier whose snapshot is corrupt or does not verify is reported (logged) and
-        skipped; if every tier fails, raises ``ConsistencyError`` listing them.
+        With ``want`` (the memory hash of the checkpoint the agent continues from) the
+        snapshot with that hash is restored; only when no tier holds it, the first
+        sound one found (the caller then rolls the agent back to it). A tier whose
+        snapshot is corrupt or does not verify is reported (logged) and skipped; if
+        every tier fails, raises ``ConsistencyError`` listing them.
         """
         check_id(agent_id, "agent_id")
         failures: list[str] = []
+        other: Loaded | None = None
         for source, load in self._candidates(agent_id, analysis_id, agent_type):
             t0 = time.perf_counter()
             try:
                 loaded = load()
                 if loaded is None:
+                    continue
+                if want is not None and loaded.hash != want:
+                    self.verifier.check_snapshot(agent_id, loaded)
+                    other = other or loaded
                     continue
                 report = self.restore_loaded(agent_id, loaded)
                 return dataclasses.replace(report, ms=elapsed_ms(t0))
@@ -434,6 +442,10 @@ class L1CacheRestorer:
                 log.warning("L1 restore of %s from %s failed: %s", agent_id, source, exc)
                 observe.emit(observe.VERIFICATION_FAILED, tier=source)
                 failures.append(f"{source}: {exc}")
+        if other is not None:
+            t0 = time.perf_counter()
+            report = self.restore_loaded(agent_id, other)
+            return dataclasses.replace(report, ms=elapsed_ms(t0))
         if failures:
             raise ConsistencyError(
                 "no snapshot could be restored and verified: " + "; ".join(failures),

@@ -16,8 +16,9 @@ from typing import Any, cast
 import msgpack
 import redis
 
+from amber import codec
 from amber.codec import REDIS_TYPES, RedisType
-from amber.errors import InvalidValue, MemoryLost, StoreUnavailable, WrongType
+from amber.errors import ConsistencyError, InvalidValue, MemoryLost, StoreUnavailable, WrongType
 from amber.keys import Keys, check_id, check_key, check_utf8
 from amber.memory import scripts
 
@@ -139,12 +140,13 @@ class AgentMemory:
 
     # -- writes -----------------------------------------------------------------------
     def _write(self, command: str, name: str, *args: Any) -> Any:
-        self._check(command, name, args)
-        seq = self.journal(command, name, list(args)) if self.journal else None
-        return self._apply(command, name, list(args), seq)
+        values = self._check(command, name, args)
+        seq = self.journal(command, name, values) if self.journal else None
+        return self._apply(command, name, values, seq)
 
-    def _check(self, command: str, name: str, args: tuple[Any, ...]) -> None:
-        """Refuse a write before anything is logged: a logged write must be replayable."""
+    def _check(self, command: str, name: str, args: tuple[Any, ...]) -> list[bytes]:
+        """Refuse a write before anything is logged (a logged write must be replayable);
+        the arguments as the bytes Redis stores, one encoding for every write path."""
         self.key(name)
         if not args:
             raise InvalidValue(
@@ -165,6 +167,12 @@ class AgentMemory:
                     f"value for key {name!r} is NaN", agent_id=self.agent_id, key=name
                 )
             check_utf8(arg, "value", agent_id=self.agent_id, key=name)
+        try:
+            return [codec.scalar_bytes(arg) for arg in args]
+        except ValueError as exc:  # an int past Python's digit limit for str()
+            raise InvalidValue(
+                f"value for key {name!r} cannot be stored: {exc}", agent_id=self.agent_id, key=name
+            ) from None
 
     def _apply(self, command: str, name: str, args: list[Any], seq: int | None) -> Any:
         self.written.add(name)
@@ -410,7 +418,17 @@ class AgentMemory:
         """The agent's mutation sequence (0 if it has none)."""
         with redis_errors(self.agent_id):
             raw = self.redis.get(self._seq)
-        return int(cast(bytes, raw)) if raw is not None else 0
+        if raw is None:
+            return 0
+        try:
+            return int(cast(bytes, raw))
+        except ValueError:
+            raise ConsistencyError(
+                f"the working-memory sequence holds {cast(bytes, raw)[:40]!r}, not a number:"
+                " it was written outside amber; recover the agent's memory",
+                agent_id=self.agent_id,
+                key=self._seq,
+            ) from None
 
 
 def _zadd_args(agent_id: str, name: str, mapping: Mapping[Any, float]) -> list[Scalar]:
@@ -466,8 +484,8 @@ class Batch:
         return self.results
 
     def _queue(self, command: str, name: str, *args: Any) -> Batch:
-        self.memory._check(command, name, args)
-        self.ops.append([command, name, COMMAND_TYPES[command], list(args)])
+        values = self.memory._check(command, name, args)
+        self.ops.append([command, name, COMMAND_TYPES[command], values])
         return self
 
     def set(self, name: str, value: Scalar) -> Batch:

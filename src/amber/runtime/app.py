@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast, overload
 
 import orjson
 
-from amber import defaults
+from amber import codec, defaults
 from amber.agents.base import ApiClient, BaseAgent, current_agent
 from amber.errors import (
     AppNotFound,
@@ -71,6 +71,11 @@ class FunctionAgent(BaseAgent):
         config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(analysis_id, stock_ticker, l1_cache, market, config)
+        self.pending_subtasks = [RESULT_KEY]
+
+    def restart(self, head_seq: int) -> None:
+        """Continue from the start: the function runs again, every step with it."""
+        super().restart(head_seq)
         self.pending_subtasks = [RESULT_KEY]
 
     def run_subtask(self, name: str) -> Any:
@@ -336,15 +341,7 @@ def _digest(base: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 def _input(value: object) -> dict[str, Any]:
     if value is None:
         return {}
-    if not isinstance(value, dict):
-        raise InvalidValue("input must be a JSON object (a dict)", field="input")
-    try:
-        raw = orjson.dumps(value)
-    except TypeError as exc:
-        raise InvalidValue(f"input is not JSON: {exc}", field="input") from None
-    if len(raw) > defaults.DOCUMENT_MAX_BYTES:
-        raise InvalidValue("input is too large", field="input", size=len(raw))
-    return dict(value)
+    return codec.json_object(value, "input", defaults.DOCUMENT_MAX_BYTES)
 
 
 def load_app(target: str | None) -> App:

@@ -70,13 +70,24 @@ FROM agent_checkpoints WHERE analysis_id = %s AND agent_type = %s AND seq < %s
 ORDER BY seq DESC LIMIT %s
 """
 
+CHECKPOINTS_WITH_MEMORY = """
+SELECT seq, checkpoint_id, state, state_sha256, state_size
+FROM agent_checkpoints
+WHERE analysis_id = %s AND agent_type = %s AND seq <= %s AND l1_snapshot_hash = %s
+ORDER BY seq DESC LIMIT %s
+"""
+"""The newest checkpoints of an agent taken with one memory (by its hash): where an agent
+whose newest memory was lost rolls back to."""
+
 CHECKPOINT_BY_ID = """
 SELECT state, state_sha256, state_size, seq FROM agent_checkpoints WHERE checkpoint_id = %s
 """
 
 SNAPSHOT_BY_CHECKPOINT_ID = """
-SELECT l1_snapshot, l1_snapshot_size FROM agent_checkpoints WHERE checkpoint_id = %s
+SELECT analysis_id, agent_type, seq, l1_snapshot IS NOT NULL FROM agent_checkpoints
+WHERE checkpoint_id = %s
 """
+"""Where a checkpoint's snapshot is: its agent's chain (``SNAPSHOT_CHAIN``) up to its row."""
 
 SNAPSHOT_CHAIN = """
 SELECT seq, l1_snapshot, l1_snapshot_size, l1_snapshot_hash, l1_snapshot_seq, l1_snapshot_epoch,

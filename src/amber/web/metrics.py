@@ -72,7 +72,7 @@ class Metrics:
         self.recovery = Counter(
             "amber_recoveries", "Working-memory recoveries by the tier used.", ["path"], registry=r
         )
-        for path in ("l1", "secondary", "postgresql", "empty", "failed"):
+        for path in ("l1", "secondary", "postgresql", "empty", "rolled_back", "refused", "failed"):
             self.recovery.labels(path)
         self.verify = Counter(
             "amber_verification_failures",

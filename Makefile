@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.installed
 EXTERNAL_REDIS ?= redis://127.0.0.1:6379/0
 EXTERNAL_PG    ?= postgresql://postgres@127.0.0.1:5432/postgres
 ROUNDS         ?= 1000
+FROZEN_ROUNDS  ?= 500
 
 .PHONY: demo serve test test-cluster test-sentinel test-external chaos bench lint down clean chromium
 
@@ -43,8 +44,9 @@ test-sentinel: $(STAMP)  ## the suite on a local Sentinel set (a primary, 2 repl
 test-external: $(STAMP)  ## the suite against the machine's own Redis and PostgreSQL
 	AMBER_REDIS_URL=$(EXTERNAL_REDIS) AMBER_DATABASE_URL=$(EXTERNAL_PG) $(PY) -m pytest $(PYTEST_ARGS)
 
-chaos: $(STAMP)  ## kills, Redis losses and pause races on real analyses; prints a table (ROUNDS=, SEED=)
+chaos: $(STAMP)  ## kills, Redis losses, pause races, then frozen workers; prints tables (ROUNDS=, FROZEN_ROUNDS=, SEED=)
 	$(PY) -m tests.chaos.rounds --rounds $(ROUNDS) $(if $(SEED),--seed $(SEED))
+	$(PY) -m tests.chaos.frozen --rounds $(FROZEN_ROUNDS) $(if $(SEED),--seed $(SEED))
 
 bench: $(STAMP)  ## every benchmark; each prints its table
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

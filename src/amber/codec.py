@@ -128,14 +128,12 @@ def _decode_all(docs: list[Any], where: str) -> list[bytes]:
 
 
 # -- JSON documents a user hands over --------------------------------------------------------
-def json_object(value: object, field: str, max_bytes: int) -> dict[str, Any]:
-    """``value`` if it is a JSON object PostgreSQL can store, else ``InvalidValue`` naming
-    ``field``: not a dict, not JSON (an integer past 64 bits, a set, an object), larger
-    than ``max_bytes`` encoded, or holding a NUL character (``jsonb`` cannot)."""
+def json_value(value: Any, field: str, max_bytes: int) -> bytes:
+    """``value`` as JSON, if PostgreSQL can store it, else ``InvalidValue`` naming
+    ``field``: not JSON (an integer past 64 bits, a set, an object), larger than
+    ``max_bytes`` encoded, or holding a NUL character (``jsonb`` cannot)."""
     from amber.errors import InvalidValue
 
-    if not isinstance(value, dict):
-        raise InvalidValue(f"{field} must be a JSON object (a dict)", field=field)
     try:
         raw = orjson.dumps(value)
     except TypeError as exc:
@@ -147,6 +145,16 @@ def json_object(value: object, field: str, max_bytes: int) -> dict[str, Any]:
             f"{field} holds a NUL character (\\u0000), which PostgreSQL cannot store",
             field=field,
         )
+    return raw
+
+
+def json_object(value: object, field: str, max_bytes: int) -> dict[str, Any]:
+    """``value`` if it is a JSON object PostgreSQL can store (see :func:`json_value`)."""
+    from amber.errors import InvalidValue
+
+    if not isinstance(value, dict):
+        raise InvalidValue(f"{field} must be a JSON object (a dict)", field=field)
+    json_value(value, field, max_bytes)
     return dict(value)
 
 

@@ -117,7 +117,14 @@ class Settings(BaseSettings):
     lease_seconds: Annotated[float, Field(ge=0.5, le=defaults.DAY, allow_inf_nan=False)] = (
         defaults.LEASE_SECONDS
     )
-    """Seconds a run's lease on an analysis lasts unless its heartbeat renews it."""
+    """Seconds a run's lease on an analysis lasts unless its heartbeat renews it: a run
+    that could not renew it for this long stops at its next step."""
+    stuck_seconds: Annotated[float | None, Field(ge=0.5, le=defaults.DAY, allow_inf_nan=False)] = (
+        None
+    )
+    """Seconds a live process may go without renewing a lease before another worker takes
+    the analysis over as stuck (a process that died loses its leases at once). At least
+    ``lease_seconds``; None: ``STUCK_FACTOR`` leases (60 s for the default lease)."""
     worker_concurrency: int = Field(defaults.WORKER_CONCURRENCY, ge=1, le=10_000)
     """Analyses one ``amber worker`` process runs at once."""
     agent_concurrency: int = Field(defaults.AGENT_CONCURRENCY, ge=1, le=10_000)
@@ -138,6 +145,14 @@ class Settings(BaseSettings):
             super().__init__(**values)
         except ValidationError as exc:
             raise _config_error(exc) from None
+        if self.stuck_seconds is None:
+            self.stuck_seconds = self.lease_seconds * defaults.STUCK_FACTOR
+        elif self.stuck_seconds < self.lease_seconds:
+            raise ConfigError(
+                f"invalid setting {ENV_PREFIX}STUCK_SECONDS: {self.stuck_seconds:g} is shorter"
+                f" than the lease ({self.lease_seconds:g} s); it must be at least as long",
+                setting="stuck_seconds",
+            )
 
 
 def _config_error(exc: ValidationError) -> ConfigError:

@@ -66,6 +66,14 @@ LEASE_SECONDS = 10.0
 heartbeat per process). A dead process's leases lapse sooner: when PostgreSQL frees its
 liveness lock."""
 
+STUCK_FACTOR = 6
+"""Leases a run whose process is alive (its liveness lock held) may go without renewing
+before another worker takes the analysis over, reporting it stuck (60 s for the default
+10 s lease; ``AMBER_STUCK_SECONDS`` sets it in seconds). A process
+that died loses its leases at once; a live one that holds the GIL in a long C call, or is
+frozen (SIGSTOP, a paused VM), keeps them this long, so a long step is never run twice at
+once by two live workers taking it from each other."""
+
 WORKER_CONCURRENCY = 4
 """Analyses one worker process runs at once."""
 

@@ -109,6 +109,12 @@ class MemoryRollbackRefused(MemoryLost):
     ``to_checkpoint`` and ``rerun``, the steps a rollback would run again)."""
 
 
+class Fenced(AmberError):
+    """A write of a run that no longer holds its analysis's lease (taken over, given
+    back, or ended) was refused by the statement or script that makes it: the run stops,
+    having changed nothing (carries ``analysis_id`` and ``owner``, or ``agent_id``)."""
+
+
 class CheckpointConflict(AmberError):
     """A newer checkpoint of this agent exists: the writer continued from an older one
     and must not replace it (carries ``analysis_id``, ``agent_type``, ``seq``)."""

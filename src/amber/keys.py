@@ -280,6 +280,11 @@ class Keys:
         """Which incarnation of the agent's memory Redis holds (see ``memory/scripts.py``)."""
         return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:epoch"
 
+    def l1_fence(self, agent_id: str) -> str:
+        """The fencing token of the newest run that took the agent's memory over: a write
+        carrying a lower token is refused (see ``memory/scripts.py``)."""
+        return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:fence"
+
     def l1_changes(self, agent_id: str) -> str:
         """Sorted set of the agent's key names by the sequence of their last write or delete."""
         return f"{self.prefix}:L1:{{{check_id(agent_id, 'agent_id')}}}:changes"

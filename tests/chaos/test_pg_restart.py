@@ -85,11 +85,10 @@ class RestartAfterFirst:
         agent_id: str,
         analysis_id: object,
         agent_type: str,
-        fresh: bool = False,
-        want: Any = None,
+        *args: Any,
     ) -> Any:
         report: RecoveryReport = self.inner.recover_agent_state(
-            agent_id, analysis_id, agent_type, fresh, want
+            agent_id, analysis_id, agent_type, *args
         )
         self.recovered.append(agent_type)
         if len(self.recovered) == 1:

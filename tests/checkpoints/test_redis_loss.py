@@ -108,13 +108,16 @@ def test_default_save_alone_leaves_the_memory_restorable_from_postgresql(
 ) -> None:
     """100 keys saved by a default checkpoint come back from PostgreSQL with Redis wiped."""
     aid = stack.coordinator.start_analysis("AAPL", ANALYSTS[:1])
-    agents, _ = stack.coordinator.prepare_agents(stack.analyses.get(aid))
-    agent = agents[0]
-    with agent.l1_cache.batch() as b:
-        for i in range(100):
-            b.set(f"k{i}", f"value {i}" * 10)
-    agent.complete(agent.subtasks[0], {"ok": True})
-    stack.checkpointer.save_checkpoint(agent, agent.subtasks[0])
+    with stack.analyses.runner_lock(aid) as claim:  # a save is a run's: it holds the lease
+        agents, _ = stack.coordinator.prepare_agents(
+            stack.analyses.get(aid), claim.owner, token=claim.token
+        )
+        agent = agents[0]
+        with agent.l1_cache.batch() as b:
+            for i in range(100):
+                b.set(f"k{i}", f"value {i}" * 10)
+        agent.complete(agent.subtasks[0], {"ok": True})
+        stack.checkpointer.save_checkpoint(agent, agent.subtasks[0])
     before = stack.snapshotter.take(agent.agent_id)
     assert lose_redis(stack, aid) > 0
     stack.snapshotter.forget(agent.agent_id)

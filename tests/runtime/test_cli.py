@@ -338,6 +338,7 @@ BAD = [
     (["submit", "cli_summary", *APP, "--input", "{"], "input is not JSON"),
     (["submit", "cli_summary", *APP, "--input", "[1, 2]"], "input must be a JSON object"),
     (["submit", "cli_summary", *APP, "--input", '"text"'], "input must be a JSON object"),
+    (["submit", "cli_summary", *APP, "--input", '{"t": "a\\u0000b"}'], "input holds a NUL"),
     (["submit", "cli_summary", *APP, "--ticker", "A*"], "stock_ticker"),
     (["analyses", "show", "nope"], "analysis_id is not a UUID"),
     (["analyses", "show", NO_SUCH_ID], "no analysis with this id"),

@@ -4,10 +4,15 @@ Two function agents, each running ``STEPS`` durable steps. Every step first appe
 ``start <analysis> <agent> <step> <pid> <token>`` to the ledger file named by
 ``ctx.input["ledger"]`` (O_APPEND, one write: the line survives a SIGKILL right after
 it), then sleeps ``ctx.input["sleep"]`` seconds (``ctx.input["first"]`` for the first
-step, if given; times a factor between 0.5 and 1.5, so kills land at varied points),
-and returns its value and the token. An agent returns the sum of its values, which
-depends only on the analysis, the agent and the step, and the token of every step: the
-token in the result says which start's result was recorded.
+step, if given; times a factor between 0.5 and 1.5, so kills land at varied points; the
+first step of the ``alpha`` agent instead holds the GIL ``ctx.input["busy"]`` seconds, if
+given), writes its token to the agent's working memory, and returns its value and the
+token. With ``ctx.input["pay"]`` each agent ends with an at-most-once ``pay`` step that
+takes an idempotency key (noted ``pay ...``); with ``ctx.input["memory"]`` its result
+says whether the memory holds each recorded step's token (``memory_ok``). An agent
+returns the sum of its values, which depends only on the analysis, the agent and the
+step, and the token of every step: the token in the result says which start's result
+was recorded.
 
 The agent names end with ``WORKAPP_TAG`` (from the environment, or ``make_app(tag)``):
 a worker only claims analyses whose agents its app registers, so each test's workers
@@ -25,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import amber
+from amber.agents.base import current_agent
 from tests.chaos.agents import ledger, note
 
 STEPS = 3
@@ -46,13 +52,38 @@ def expected(analysis_id: str, agent_type: str, steps: int = STEPS) -> int:
     return sum(value(analysis_id, agent_type, i) for i in range(steps))
 
 
-def work(path: str, analysis_id: str, agent_type: str, step: int, sleep: float) -> dict[str, Any]:
-    """One step: note its start in the ledger, take a little time, return value and token."""
+def hold_gil(seconds: float) -> None:
+    """Spend ``seconds`` in one C call that never lets the GIL go (no other thread of the
+    process runs meanwhile, the lease heartbeat included), as a native library might."""
+    t0 = time.perf_counter()
+    sum(range(100_000))
+    per = max((time.perf_counter() - t0) / 100_000, 1e-9)
+    sum(range(int(seconds / per)))
+
+
+def work(
+    path: str, analysis_id: str, agent_type: str, step: int, sleep: float, busy: float = 0.0
+) -> dict[str, Any]:
+    """One step: note its start in the ledger, take a little time (``busy``: holding the
+    GIL), return value and token."""
     token = secrets.token_hex(6)
     note(path, f"start {analysis_id} {agent_type} s{step} {os.getpid()} {token}")
-    if sleep > 0:
+    if busy > 0:
+        hold_gil(busy)
+    elif sleep > 0:
         time.sleep(sleep * random.uniform(0.5, 1.5))
+    agent = current_agent.get()
+    if agent is not None:  # after the wait: a process frozen in it writes when it wakes
+        agent.memory.set(f"token:s{step}", token)
     return {"value": value(analysis_id, agent_type, step), "token": token}
+
+
+def pay(path: str, analysis_id: str, agent_type: str, idempotency_key: str) -> str:
+    """An at-most-once call to a payment provider, which deduplicates by the key: noted
+    ``pay <analysis> <agent> <key> <pid>`` before it goes out."""
+    note(path, f"pay {analysis_id} {agent_type} {idempotency_key} {os.getpid()}")
+    time.sleep(0.05)
+    return idempotency_key
 
 
 def _agent(agent_type: str) -> Callable[[Any], dict[str, Any]]:
@@ -60,12 +91,22 @@ def _agent(agent_type: str) -> Callable[[Any], dict[str, Any]]:
         total, tokens = 0, []
         path, sleep = ctx.input["ledger"], float(ctx.input.get("sleep", 0.0))
         first = float(ctx.input.get("first", sleep))
+        busy = float(ctx.input.get("busy", 0.0)) if KINDS[0] in agent_type else 0.0
         for i in range(STEPS):
             pause = first if i == 0 else sleep
-            got = ctx.step(f"s{i}", work, path, ctx.analysis_id, agent_type, i, pause)
+            held = busy if i == 0 else 0.0
+            got = ctx.step(f"s{i}", work, path, ctx.analysis_id, agent_type, i, pause, held)
             total += int(got["value"])
             tokens.append(str(got["token"]))
-        return {"total": total, "tokens": tokens}
+        result: dict[str, Any] = {"total": total, "tokens": tokens}
+        if ctx.input.get("pay"):
+            result["paid"] = ctx.step(
+                "pay", pay, path, ctx.analysis_id, agent_type, at_most_once=True
+            )
+        if ctx.input.get("memory"):  # the memory holds each recorded step's own token
+            held = [ctx.memory.get(f"token:s{i}") for i in range(STEPS)]
+            result["memory_ok"] = [t.decode() if t else None for t in held] == tokens
+        return result
 
     run.__name__ = f"run_{agent_type}"
     return run

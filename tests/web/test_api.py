@@ -153,3 +153,22 @@ def test_openapi_schema_lists_the_api(served: Served) -> None:
         "/api/sessions",
     ):
         assert path in paths, path
+
+
+def test_nul_characters_are_a_4xx_naming_the_field(served: Served) -> None:
+    """PostgreSQL's text and jsonb cannot hold U+0000: said as the field, never a 500."""
+    refused = served.change("/api/analyses", {"definition": apps.REVIEWED, "input": {"t": "a\x00"}})
+    assert refused.status_code in (400, 422), refused.text
+    assert "input" in refused.json()["error"] and "NUL" in refused.json()["error"]
+    keyed = served.change("/api/analyses", {"definition": apps.REVIEWED, "input": {"a\x00": 1}})
+    assert keyed.status_code in (400, 422) and "input" in keyed.json()["error"]
+    aid = _submit(served, apps.REVIEWED, input={"ticker": "NUL"})
+    _status(served, aid, "paused")
+    (review,) = served.client.get("/api/reviews", params={"analysis": aid}).json()
+    bad = served.change(f"/api/reviews/{review['review_id']}/approve", {"data": {"x": "\x00"}})
+    assert bad.status_code in (400, 422), bad.text
+    assert "data" in bad.json()["error"]
+    still = served.client.get("/api/reviews", params={"analysis": aid}).json()
+    assert [r["status"] for r in still] == ["pending"]  # nothing decided
+    assert served.change(f"/api/reviews/{review['review_id']}/approve").status_code == 200
+    _status(served, aid, "completed")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from amber import observe
 from amber.agents.base import ApiClient, BaseAgent, ClassRegistry, current_agent
-from amber.checkpoints.analyses import Analyses, AnalysisRecord
+from amber.checkpoints.analyses import Analyses, AnalysisRecord, fenced
 from amber.checkpoints.leases import Claim
 from amber.checkpoints.retention import Retention
 from amber.checkpoints.store import AgentCheckpointer, runner_id
@@ -34,6 +34,7 @@ from amber.errors import (
     AwaitingReview,
     CheckpointNotFound,
     CodeChanged,
+    InvalidValue,
     MemoryLost,
     MemoryRollbackRefused,
     QuotaExceeded,
@@ -191,6 +192,7 @@ class LeadCoordinator:
         runner: str | None = None,
         code: bool = True,
         heads: dict[str, int] | None = None,
+        token: int | None = None,
     ) -> tuple[list[BaseAgent], dict[str, RecoveryReport]]:
         """The analysis's agents, each with its working memory recovered (and guarded)
         and continued from the newest committed checkpoint.
@@ -201,6 +203,8 @@ class LeadCoordinator:
         changed then. With ``code=False`` (to freeze, not to run) an agent the registry
         lacks is stood in for by its stored state alone. ``heads``: each agent type's
         newest checkpoint sequence, read under the same lease (else read here).
+        ``token``: the lease's fencing token; each memory is taken over with it, and
+        every write to it carries it.
         """
         runner = runner or runner_id()
         classes = [self._class(e, code) for e in record.agents]
@@ -213,6 +217,7 @@ class LeadCoordinator:
             heads = self.checkpointer.heads(record.analysis_id)
         for entry, cls in zip(record.agents, classes, strict=True):
             memory = self.memory(entry["agent_id"])
+            memory.fence(token)
             agent = cls(
                 record.analysis_id, record.stock_ticker, memory, self.market, entry.get("config")
             )
@@ -251,7 +256,7 @@ class LeadCoordinator:
         taken with that memory (or pause, per ``on_memory_lost``)."""
         want = None if fresh else agent.checkpoint_l1
         report = self.recovery.recover_agent_state(
-            agent.agent_id, agent.analysis_id, agent.agent_type, fresh, want
+            agent.agent_id, agent.analysis_id, agent.agent_type, fresh, want, agent.l1_cache.token
         )
         if not report.current:
             report = self._roll_back(agent, report)
@@ -302,7 +307,10 @@ class LeadCoordinator:
             report.reason,
             ", ".join(rerun) or "nothing",
         )
-        self.analyses.event(agent.analysis_id, "rolled_back", agent.runner or None, **detail)
+        if agent.l1_cache.token is None:  # outside any lease
+            self.analyses.event(agent.analysis_id, "rolled_back", agent.runner or None, **detail)
+        elif not self.analyses.run_event(agent.analysis_id, "rolled_back", agent.runner, **detail):
+            raise fenced(agent.analysis_id, agent.runner, "roll an agent back")
         observe.emit(observe.RECOVERY, path="rolled_back")
         return dataclasses.replace(
             report,
@@ -349,16 +357,19 @@ class LeadCoordinator:
         if claim.taken_over:
             observe.emit(observe.TAKEOVER)
         try:
-            agents, _ = self.prepare_agents(record, claim.owner, heads=claim.heads)
+            agents, _ = self.prepare_agents(
+                record, claim.owner, heads=claim.heads, token=claim.token
+            )
         except MemoryRollbackRefused as exc:
-            self._pause_here(aid, "memory_lost", claim.owner)
+            self._pause_here(aid, "memory_lost", claim.owner, claim.owner)
             self.analyses.pause_failed(aid, str(exc))
             for entry in record.agents:
                 self.release(entry["agent_id"])
             return {}
-        return self.run_prepared(
-            aid, agents, RunControl(claim.owner, self.analyses.leases, shutdown, record.preserve)
+        control = RunControl(
+            claim.owner, self.analyses.leases, shutdown, record.preserve, claim.token
         )
+        return self.run_prepared(aid, agents, control)
 
     def run_prepared(
         self, analysis_id: str, agents: list[BaseAgent], control: RunControl | None = None
@@ -366,7 +377,8 @@ class LeadCoordinator:
         """Run agents built by :meth:`prepare_agents`, holding the analysis's lease."""
         if control is None:
             owner = agents[0].runner if agents else runner_id()
-            control = RunControl(owner, self.analyses.leases)
+            token = agents[0].l1_cache.token if agents else None
+            control = RunControl(owner, self.analyses.leases, token=token)
         executor = StepExecutor(
             self.checkpointer,
             self.intents,
@@ -397,11 +409,11 @@ class LeadCoordinator:
         stops = {t: stop for t, (_, stop) in outcomes.items() if stop is not None}
         statuses = {r.status for r in results.values()}
         if "failed" in statuses:
-            return self._failed(aid, agents, results)
+            return self._failed(aid, agents, results, control)
         for reason in PAUSING:
             if reason in statuses:
                 agent_type = next(t for t, r in results.items() if r.status == reason)
-                self._pause_here(aid, reason, agent_type)
+                self._pause_here(aid, reason, agent_type, self._fence_owner(control))
                 self.freeze(aid, agents, stops)
                 return results
         if "awaiting_review" in statuses:
@@ -415,7 +427,10 @@ class LeadCoordinator:
             self.freeze(aid, agents, stops)
             return results
         if "released" in statuses:
-            self.analyses.event(aid, "released", control.owner)
+            if control.token is None:
+                self.analyses.event(aid, "released", control.owner)
+            else:  # not after another run took it over, nor after it ended
+                self.analyses.run_event(aid, "released", control.owner)
             return results  # still running: the next claimer continues it
         rows = [
             (a.agent_id, a.agent_type, "completed", a.result(), list(a.completed_subtasks))
@@ -426,13 +441,22 @@ class LeadCoordinator:
             preserve = self.analyses.get(aid).preserve
         try:
             self.analyses.finish(
-                aid, "completed", rows, control.owner, purge=not preserve, owner=control.owner
+                aid,
+                "completed",
+                rows,
+                control.owner,
+                purge=not preserve,
+                owner=self._fence_owner(control),
             )
         except AnalysisStateError as exc:
             if exc.context.get("status") != "paused":
                 raise
             self.freeze(aid, agents, stops)  # paused as the last step ended
             return results
+        except InvalidValue as exc:  # a result PostgreSQL cannot hold: the analysis fails
+            for r in results.values():
+                r.status, r.error = "failed", exc.message
+            return self._failed(aid, agents, results, control)
         if not preserve:
             self.retention.drop_copies([a.agent_id for a in agents])
         return results
@@ -450,8 +474,17 @@ class LeadCoordinator:
             raise errors[0]  # type: ignore[misc]
         return {t: f.result() for t, f in futures.items()}
 
+    @staticmethod
+    def _fence_owner(control: RunControl) -> str | None:
+        """The owner whose lease fences the run's statements (None: a run outside any)."""
+        return control.owner if control.token is not None else None
+
     def _failed(
-        self, aid: str, agents: list[BaseAgent], results: dict[str, AgentResult]
+        self,
+        aid: str,
+        agents: list[BaseAgent],
+        results: dict[str, AgentResult],
+        control: RunControl,
     ) -> dict[str, AgentResult]:
         rows = [
             (a.agent_id, a.agent_type, "failed", {"error": r.error}, list(a.completed_subtasks))
@@ -459,13 +492,16 @@ class LeadCoordinator:
             if (r := results[a.agent_type]).status == "failed"
         ]
         errors = {t: r.error for t, r in results.items() if r.status == "failed"}
-        self.analyses.finish(aid, "failed", rows, None, errors=errors)
+        self.analyses.finish(
+            aid, "failed", rows, None, owner=self._fence_owner(control), errors=errors
+        )
         return results
 
-    def _pause_here(self, aid: str, reason: str, by: str) -> None:
-        """The runner pauses its own analysis (unless a pause was asked for meanwhile)."""
+    def _pause_here(self, aid: str, reason: str, by: str, owner: str | None = None) -> None:
+        """The runner pauses its own analysis (unless a pause was asked for meanwhile);
+        with ``owner``, only while that run holds the lease (``Fenced`` otherwise)."""
         try:
-            self.analyses.transition(aid, "paused", ("running",))
+            self.analyses.transition(aid, "paused", ("running",), owner)
         except AnalysisStateError as exc:
             if exc.context.get("status") != "paused":
                 raise

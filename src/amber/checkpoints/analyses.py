@@ -9,13 +9,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from amber import defaults
 from amber.checkpoints.leases import Claim, Leases, wait_for
-from amber.errors import AnalysisBusy, AnalysisNotFound, AnalysisStateError
+from amber.errors import (
+    AmberError,
+    AnalysisBusy,
+    AnalysisNotFound,
+    AnalysisStateError,
+    Fenced,
+    InvalidValue,
+)
 from amber.keys import check_uuid
 from amber.schema import sql
 
@@ -45,9 +53,14 @@ class Analyses:
     """Reads and moves analyses between statuses, atomically; their pause records, results
     and timeline; and the leases that let one run at a time run an analysis."""
 
-    def __init__(self, pool: ConnectionPool, lease_seconds: float = defaults.LEASE_SECONDS) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        lease_seconds: float = defaults.LEASE_SECONDS,
+        stuck_seconds: float | None = None,
+    ) -> None:
         self.pg = pool
-        self.leases = Leases(pool, lease_seconds)
+        self.leases = Leases(pool, lease_seconds, stuck_seconds)
 
     def create(
         self,
@@ -117,25 +130,36 @@ class Analyses:
             rows = conn.execute(sql.RECENT_FAILURES, (since, limit)).fetchall()
         return [self.record(r) for r in rows]
 
-    def transition(self, analysis_id: object, to: str, allowed_from: tuple[str, ...]) -> None:
-        """Move to ``to`` if the status is one of ``allowed_from``.
+    def transition(
+        self,
+        analysis_id: object,
+        to: str,
+        allowed_from: tuple[str, ...],
+        owner: str | None = None,
+    ) -> None:
+        """Move to ``to`` if the status is one of ``allowed_from`` (and, with ``owner``,
+        that run still holds the lease: ``Fenced`` otherwise).
 
         One UPDATE ... WHERE status = ANY(...): of two processes racing, exactly one wins;
         the other gets ``AnalysisStateError`` naming the status it found.
         """
         aid = check_uuid(analysis_id)
+        params = {"to": to, "analysis_id": aid, "allowed": list(allowed_from), "owner": owner}
         with self.pg.connection() as conn:
-            row = conn.execute(
-                sql.TRANSITION, {"to": to, "analysis_id": aid, "allowed": list(allowed_from)}
-            ).fetchone()
+            row = conn.execute(sql.TRANSITION, params).fetchone()
         if row is None:
-            raise self._refused(aid, to)
+            raise self._refused(aid, to, owner)
 
-    def _refused(self, aid: str, to: str) -> AnalysisStateError:
-        """Why the analysis could not become ``to``: the status it has now."""
-        current = self.get(aid).status
+    def _refused(self, aid: str, to: str, owner: str | None = None) -> AmberError:
+        """Why the analysis could not become ``to``: the status it has now, or (with
+        ``owner``) that the run no longer holds it."""
+        record = self.get(aid)
+        if owner is not None and record.lease_owner != owner and record.status == "running":
+            return fenced(aid, owner, f"become {to}")
         return AnalysisStateError(
-            f"analysis is {current}; cannot become {to}", analysis_id=aid, status=current
+            f"analysis is {record.status}; cannot become {to}",
+            analysis_id=aid,
+            status=record.status,
         )
 
     def finish(
@@ -165,10 +189,17 @@ class Analyses:
             "purge": purge,
             "owner": owner,
         }
-        with self.pg.connection() as conn:  # one statement: all of it, or none
-            row = conn.execute(sql.FINISH, params).fetchone()
+        try:
+            with self.pg.connection() as conn:  # one statement: all of it, or none
+                row = conn.execute(sql.FINISH, params).fetchone()
+        except psycopg.DataError as exc:  # a result PostgreSQL cannot hold: nothing written
+            raise InvalidValue(
+                f"the analysis's results cannot be stored: {exc}".strip(),
+                analysis_id=analysis_id,
+                field="results",
+            ) from None
         if row is None or not row[0]:
-            raise self._refused(analysis_id, to)
+            raise self._refused(analysis_id, to, owner)
         if owner is not None:
             self.leases.given_back(owner)
 
@@ -294,6 +325,19 @@ class Analyses:
         with self.pg.connection() as conn:
             conn.execute(sql.ADD_EVENT, (analysis_id, kind, by, _jsonb(detail or None)))
 
+    def run_event(self, analysis_id: str, kind: str, owner: str, **detail: Any) -> bool:
+        """Add an event of the run ``owner`` to the timeline, fenced by its lease: False
+        (nothing written) once the run no longer holds the analysis."""
+        params = {
+            "analysis_id": analysis_id,
+            "kind": kind,
+            "by": owner,
+            "owner": owner,
+            "detail": _jsonb(detail or None),
+        }
+        with self.pg.connection() as conn:
+            return conn.execute(sql.RUN_EVENT, params).rowcount > 0
+
     def timeline(self, analysis_id: object) -> builtins.list[dict[str, Any]]:
         """The analysis's events, oldest first: at, kind, by, detail."""
         return self._rows(sql.EVENTS, (check_uuid(analysis_id),))
@@ -309,6 +353,15 @@ class Analyses:
     def close(self) -> None:
         """Stop the lease heartbeat and give up this process's liveness lock."""
         self.leases.close()
+
+
+def fenced(analysis_id: str, owner: str, what: str) -> Fenced:
+    """The error of a run's write refused because the run no longer holds the analysis."""
+    return Fenced(
+        f"run {owner} no longer holds analysis {analysis_id}: it may not {what}",
+        analysis_id=analysis_id,
+        owner=owner,
+    )
 
 
 def _jsonb(value: Any) -> Jsonb | None:

@@ -51,6 +51,12 @@ class Claim:
     """Each agent type's newest checkpoint sequence, if the claim read them."""
     noted: bool = False
     """Whether the claim wrote its ``claimed`` / ``taken_over`` event itself."""
+    stuck: bool = False
+    """The run taken over from was alive but had not renewed its lease for the stuck
+    bound (a step that never returns, a frozen process)."""
+    token: int = 0
+    """The run's fencing token: higher than every earlier claim's; every working-memory
+    write of the run carries it, and Redis refuses it once a later run fenced the agent."""
 
     @property
     def taken_over(self) -> bool:
@@ -126,9 +132,16 @@ class Liveness:
 class Leases:
     """Claims, renews and releases analysis leases for one process."""
 
-    def __init__(self, pool: ConnectionPool, lease_seconds: float) -> None:
+    def __init__(
+        self, pool: ConnectionPool, lease_seconds: float, stuck_seconds: float | None = None
+    ) -> None:
         self.pg = pool
         self.lease_seconds = lease_seconds
+        """How long a run may go unrenewed before it stops itself at its next step."""
+        self.stuck_seconds = max(stuck_seconds or lease_seconds, lease_seconds)
+        """How long the row says the lease lasts: while the owner's process is alive (its
+        liveness lock held) nobody takes the analysis over before then, however busy the
+        owner's interpreter is; a dead owner's leases lapse at once."""
         self.liveness = Liveness(pool)
         self._held: dict[str, float] = {}
         """Each held lease's owner, and when (monotonic) it was last known renewed."""
@@ -150,7 +163,7 @@ class Leases:
         params = {
             "owner": owner,
             "key": key,
-            "lease": self.lease_seconds,
+            "lease": self.stuck_seconds,
             "aid": analysis_id,
             "space": sql.LIVENESS_SPACE,
         }
@@ -160,7 +173,7 @@ class Leases:
             return None
         self._hold(owner)
         prior = row[1] if row[1] and row[1] != owner else None
-        return Claim(analysis_id, owner, prior, str(row[0]))
+        return Claim(analysis_id, owner, prior, str(row[0]), token=int(row[2]))
 
     def claim_next(
         self, owner: str, n: int, known: list[str], skip: list[str] | None = None
@@ -171,7 +184,7 @@ class Leases:
             return []
         params: dict[str, Any] = {
             "owner": owner,
-            "lease": self.lease_seconds,
+            "lease": self.stuck_seconds,
             "n": n,
             "known": known,
             "skip": skip or [],
@@ -189,7 +202,16 @@ class Leases:
         else:
             raise StoreUnavailable("PostgreSQL does not show this process's liveness lock held")
         claims = [
-            Claim(str(r[1]), str(r[2]), r[3], row=tuple(r[5:]), heads=dict(r[4] or {}), noted=True)
+            Claim(
+                str(r[1]),
+                str(r[2]),
+                r[3],
+                row=tuple(r[7:]),
+                heads=dict(r[4] or {}),
+                noted=True,
+                token=int(r[5]),
+                stuck=bool(r[6]),
+            )
             for r in rows
             if r[1] is not None
         ]
@@ -274,7 +296,7 @@ class Leases:
         self.liveness.ensure(ping=True)  # a dropped liveness connection is re-made first
         with self.pg.connection() as conn:
             rows = conn.execute(
-                sql.RENEW, {"lease": self.lease_seconds, "owners": owners}
+                sql.RENEW, {"lease": self.stuck_seconds, "owners": owners}
             ).fetchall()
         renewed = {str(r[0]): str(r[1]) for r in rows}
         with self._lock:
@@ -288,7 +310,24 @@ class Leases:
                     self.lost.add(owner)
 
     def is_lost(self, owner: str) -> bool:
-        """Whether the run's lease was found lost, or not renewed for a lease length."""
+        """Whether the run's lease was found lost, or not renewed for a lease length.
+
+        A lease merely stale (the heartbeat could not run: a long call holding the GIL, a
+        frozen process) is renewed here first: it is lost only if PostgreSQL no longer
+        names this run its owner, or cannot be asked."""
+        with self._lock:
+            if owner in self.lost:
+                return True
+        if not self._stale(owner):
+            return False
+        try:
+            self.renew()
+        except Exception as exc:  # PostgreSQL away: the lease may be anyone's now
+            log.warning("lease of %s could not be renewed: %s", owner, exc)
+            return True
+        return self._stale(owner) or owner in self.lost
+
+    def _stale(self, owner: str) -> bool:
         with self._lock:
             renewed = self._held.get(owner)
             return owner in self.lost or (

@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
+from amber.checkpoints.analyses import fenced
 from amber.checkpoints.model import Checkpoint, decode_doc, now, seal, unseal
 from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
@@ -339,6 +340,8 @@ class AgentCheckpointer:
                 analysis_id=cp.analysis_id,
             ) from None
         if row is None:
+            if self._fenced_off(cp):
+                raise fenced(cp.analysis_id, str(cp.writer), f"write checkpoint {cp.seq}")
             raise CheckpointConflict(
                 f"checkpoint {cp.seq} or a newer one already exists, or another run holds the"
                 f" analysis's lease: this writer continued from checkpoint {cp.seq - 1} and"
@@ -348,6 +351,13 @@ class AgentCheckpointer:
                 seq=cp.seq,
             )
         return None if row[1] is None else str(row[1])
+
+    def _fenced_off(self, cp: Checkpoint) -> bool:
+        """Why an insert was refused (read after it, to say so; the fence was the insert's
+        own): the writer no longer holds the analysis, or it ended."""
+        with self.pg.connection() as conn:
+            row = conn.execute(sql.LEASE_OF, (cp.analysis_id,)).fetchone()
+        return row is not None and (row[0] != cp.writer or row[1] not in ("running", "paused"))
 
     def _send_cache(
         self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed

@@ -102,7 +102,7 @@ class Stack:
             self.redis, self.pg, keys, s, self.snapshotter, journal=journal
         )
         """Saves and restores checkpoints."""
-        self.analyses = Analyses(self.pg, s.lease_seconds)
+        self.analyses = Analyses(self.pg, s.lease_seconds, s.stuck_seconds)
         """The analyses table, pause records, results, timeline and leases."""
         self.intents = StepIntents(self.pg)
         """Intents of at-most-once steps (which are in doubt, how they were resolved)."""

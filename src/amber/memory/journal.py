@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool
 from amber.keys import Keys, check_id
 from amber.memory.restore import PG_SNAPSHOTS_TRIED
 from amber.memory.snapshot import L1CacheSnapshotter
+from amber.memory.working import VOID
 from amber.schema import sql
 from amber.wal import WriteAheadLog
 
@@ -83,12 +84,17 @@ class L1Journal:
         ``epoch`` (``MemoryLost`` if Redis loses it meanwhile); (how many, epoch after)."""
         mem = memory(agent_id)
         mem.guard(epoch)
+        entries = [e for e in self.log(agent_id).entries_after(after) if e.op == L1_OP]
+        void = {
+            int(e.data[2][0]) for e in entries if _text(e.data[0]) == VOID and e.data[2]
+        }  # writes Redis refused when they were made (fenced off): never applied
         count = 0
-        for entry in self.log(agent_id).entries_after(after):
-            if entry.op == L1_OP:
-                command, name, args = entry.data
-                mem.replay(_text(command), _text(name), list(args), entry.seq)
-                count += 1
+        for entry in entries:
+            command, name, args = entry.data
+            if entry.seq in void or _text(command) == VOID:
+                continue
+            mem.replay(_text(command), _text(name), list(args), entry.seq)
+            count += 1
         return count, mem.epoch
 
     def compact(self, agent_id: str, snapshot_seqs: list[int]) -> int:

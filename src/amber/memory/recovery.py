@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from amber import codec, observe
-from amber.errors import AmberError, StoreUnavailable
+from amber.errors import AmberError, Fenced, StoreUnavailable
 from amber.keys import check_id
 from amber.memory.restore import L1CacheRestorer, Loaded
 from amber.memory.snapshot import L1CacheSnapshotter, Snapshot, elapsed_ms
@@ -135,6 +135,7 @@ class DualRecoveryStrategy:
         agent_type: str,
         fresh: bool = False,
         want: MemoryMark | None = None,
+        token: int | None = None,
     ) -> RecoveryReport:
         """Make the agent's L1 whole again and say how.
 
@@ -147,11 +148,17 @@ class DualRecoveryStrategy:
         must descend from it, and a restore looks for it first. When no tier holds it,
         the newest memory that can be rebuilt is restored and the report says
         ``current=False`` (nothing is emitted then: the caller rolls back and says so).
+
+        ``token`` (the recovering run's fencing token) takes the memory over first: every
+        run with a lower token is fenced off from it, and a recovery by a run that was
+        itself fenced off is ``Fenced``, having changed nothing.
         """
         try:
-            report = self._recover(agent_id, analysis_id, agent_type, fresh, want)
+            if token is not None:
+                self.l1_restorer.take_over(agent_id, token)
+            report = self._recover(agent_id, analysis_id, agent_type, fresh, want, token)
         except AmberError as exc:
-            if not isinstance(exc, StoreUnavailable):
+            if not isinstance(exc, StoreUnavailable | Fenced):
                 observe.emit(observe.RECOVERY, path="failed")
             raise
         if report.current:
@@ -165,6 +172,7 @@ class DualRecoveryStrategy:
         agent_type: str,
         fresh: bool,
         want: MemoryMark | None,
+        token: int | None = None,
     ) -> RecoveryReport:
         t0 = time.perf_counter()
         check_id(agent_id, "agent_id")
@@ -176,7 +184,7 @@ class DualRecoveryStrategy:
         except AmberError as exc:  # garbage in the index or sequence: L1 is not trusted
             log.warning("L1 of %s is unreadable: %s", agent_id, exc)
             return self._restore(
-                agent_id, analysis_id, agent_type, t0, f"L1 unreadable: {exc}", want
+                agent_id, analysis_id, agent_type, t0, f"L1 unreadable: {exc}", want, token
             )
         reference: Loaded | MemoryMark | None = want
         if snap.indexed and not fresh and want is None:
@@ -214,12 +222,12 @@ class DualRecoveryStrategy:
                 epoch=epoch,
             )
         if fresh:
-            report = self._empty(agent_id, t0, reason)
+            report = self._empty(agent_id, t0, reason, token=token)
             if self.replayer is None and not snap.memory and report.epoch == snap.epoch:
                 # read just now and empty: the first checkpoint's base, so it reads nothing
                 self.snapshotter.remember(snap)
             return report
-        return self._restore(agent_id, analysis_id, agent_type, t0, reason, want)
+        return self._restore(agent_id, analysis_id, agent_type, t0, reason, want, token)
 
     def _restore(
         self,
@@ -229,12 +237,13 @@ class DualRecoveryStrategy:
         t0: float,
         reason: str,
         want: MemoryMark | None = None,
+        token: int | None = None,
     ) -> RecoveryReport:
         report = self.l1_restorer.restore_from_snapshot(
-            agent_id, analysis_id, agent_type, want.hash if want else None
+            agent_id, analysis_id, agent_type, want.hash if want else None, token
         )
         if report is None:
-            empty = self._empty(agent_id, t0, reason, wipe=want is not None)
+            empty = self._empty(agent_id, t0, reason, wipe=want is not None, token=token)
             if want is None:
                 return empty
             if want.hash == EMPTY_HASH:  # the checkpoint's memory was empty: rebuilt
@@ -271,14 +280,16 @@ class DualRecoveryStrategy:
             report.hash,
         )
 
-    def _empty(self, agent_id: str, t0: float, reason: str, wipe: bool = False) -> RecoveryReport:
+    def _empty(
+        self, agent_id: str, t0: float, reason: str, wipe: bool = False, token: int | None = None
+    ) -> RecoveryReport:
         """No snapshot anywhere: the memory starts from nothing (or from its log).
 
         ``wipe``: whatever is left in L1 (keys of a memory found incomplete) is cleared,
         so the empty memory reported is the one in Redis."""
         epoch = None
         if self.replayer is not None or wipe:  # the log holds it all: start from nothing
-            epoch = self.l1_restorer.wipe(agent_id)
+            epoch = self.l1_restorer.wipe(agent_id, token)
         replayed, epoch = self._replay(agent_id, 0, epoch)
         now = self.snapshotter.take(agent_id, full=True) if replayed else None
         return RecoveryReport(

@@ -18,7 +18,13 @@ from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
 from amber.codec import CodecError, Entry
-from amber.errors import AmberError, ConsistencyError, InvalidIdentifier, StoreUnavailable
+from amber.errors import (
+    AmberError,
+    ConsistencyError,
+    Fenced,
+    InvalidIdentifier,
+    StoreUnavailable,
+)
 from amber.keys import Keys, check_id, check_key, check_keys, check_uuid
 from amber.memory import scripts
 from amber.memory.snapshot import (
@@ -121,10 +127,17 @@ def _flat(entry: Entry) -> bytes | list[bytes | str]:
 
 
 def apply_memory(
-    client: redis.Redis, keys: Keys, agent_id: str, memory: dict[str, Entry], seq: int, ttl_ms: int
+    client: redis.Redis,
+    keys: Keys,
+    agent_id: str,
+    memory: dict[str, Entry],
+    seq: int,
+    ttl_ms: int,
+    token: int | None = None,
 ) -> str:
     """Replace the agent's whole L1 with ``memory`` in one Lua script (atomic), as a new
-    incarnation; returns its epoch.
+    incarnation; returns its epoch. With ``token`` (the restoring run's) the script is
+    refused (``Fenced``) when a later run fenced the memory, else it sets the fence.
 
     Keys with an own TTL in the snapshot (``ttl_ms`` > 0) get it back, still marked as
     intended; the others get ``ttl_ms``. Stale keys are those the index lists. Keys an
@@ -152,8 +165,9 @@ def apply_memory(
                 keys.l1_changes(agent_id),
                 *(base + n for n in names),
                 *(base + n for n in sorted(stale)),
+                keys.l1_fence(agent_id),
             ],
-            args=[payload, len(names), ttl_ms, seq, epoch, *names],
+            args=[payload, len(names), ttl_ms, seq, epoch, *names, "" if token is None else token],
         )
     return epoch
 
@@ -386,16 +400,27 @@ class L1CacheRestorer:
                     return
             below = base
 
-    def wipe(self, agent_id: str) -> str:
-        """Replace the agent's L1 with an empty one, as a new incarnation; its epoch."""
-        return apply_memory(self.redis, self.keys, agent_id, {}, 0, self.ttl_ms)
+    def take_over(self, agent_id: str, token: int) -> None:
+        """Fence the agent's memory off from every run with a lower token (``Fenced`` if
+        a run with a higher one already took it over)."""
+        with redis_errors(agent_id):
+            self.redis.register_script(scripts.FENCE)(
+                keys=[self.keys.l1_fence(agent_id)], args=[token]
+            )
 
-    def restore_loaded(self, agent_id: str, loaded: Loaded) -> RestoreReport:
-        """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch."""
+    def wipe(self, agent_id: str, token: int | None = None) -> str:
+        """Replace the agent's L1 with an empty one, as a new incarnation; its epoch."""
+        return apply_memory(self.redis, self.keys, agent_id, {}, 0, self.ttl_ms, token)
+
+    def restore_loaded(
+        self, agent_id: str, loaded: Loaded, token: int | None = None
+    ) -> RestoreReport:
+        """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch,
+        ``Fenced`` when a run with a higher token than ``token`` took the memory over."""
         t0 = time.perf_counter()
         self.verifier.check_snapshot(agent_id, loaded)
         epoch = apply_memory(
-            self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms
+            self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms, token
         )
         self.verifier.verify(agent_id, loaded.hash, len(loaded.memory), loaded.fmt)
         return RestoreReport(
@@ -411,7 +436,12 @@ class L1CacheRestorer:
             yield "postgresql_checkpoint", _loader(found)
 
     def restore_from_snapshot(
-        self, agent_id: str, analysis_id: object, agent_type: str, want: str | None = None
+        self,
+        agent_id: str,
+        analysis_id: object,
+        agent_type: str,
+        want: str | None = None,
+        token: int | None = None,
     ) -> RestoreReport | None:
         """Restore the newest snapshot that verifies; None if there is no snapshot at all.
 
@@ -434,9 +464,9 @@ class L1CacheRestorer:
                     self.verifier.check_snapshot(agent_id, loaded)
                     other = other or loaded
                     continue
-                report = self.restore_loaded(agent_id, loaded)
+                report = self.restore_loaded(agent_id, loaded, token)
                 return dataclasses.replace(report, ms=elapsed_ms(t0))
-            except StoreUnavailable:
+            except (StoreUnavailable, Fenced):
                 raise
             except AmberError as exc:  # corrupt, unverifiable, or a key of the wrong type
                 log.warning("L1 restore of %s from %s failed: %s", agent_id, source, exc)
@@ -444,7 +474,7 @@ class L1CacheRestorer:
                 failures.append(f"{source}: {exc}")
         if other is not None:
             t0 = time.perf_counter()
-            report = self.restore_loaded(agent_id, other)
+            report = self.restore_loaded(agent_id, other, token)
             return dataclasses.replace(report, ms=elapsed_ms(t0))
         if failures:
             raise ConsistencyError(

@@ -10,6 +10,12 @@ A guarded caller passes the epoch it holds; when Redis has another (or none) the
 script refuses with ``AMBER_LOST``: the memory was lost (restart, flush, expiry)
 or replaced since, and the caller must recover instead of reading a memory that
 silently lost data. ``''`` means unguarded; ``'-'`` means "none yet".
+
+The *fence* key holds the fencing token of the newest run that took the agent over
+(tokens grow with every claim of an analysis, ``schema/migrations.py``). A run's write
+carries its token after the expected epoch (``<epoch>\n<token>``); a write, delete,
+expiry or restore whose token is below the fence is refused with ``AMBER_FENCED``,
+in the script that would make it: a run that lost its lease changes nothing.
 """
 
 from __future__ import annotations
@@ -17,20 +23,49 @@ from __future__ import annotations
 LOST = "AMBER_LOST"
 """Error reply prefix when the epoch is not the one the caller holds."""
 
+FENCED = "AMBER_FENCED"
+"""Error reply prefix when a later run fenced the agent's memory off from the caller."""
+
+FENCE_TTL_MS = 30 * 24 * 3600 * 1000
+"""How long a fence outlives the last run that set it (longer than any paused TTL)."""
+
 MAX_ARGS_PER_CALL = 1000
 """Arguments a script passes to one Redis command; larger writes go in chunks (Lua's
 ``unpack`` fails past about 8,000), still inside one atomic script."""
 
-_CHECK_EPOCH = """
-local epoch = redis.call('GET', {epoch_key})
-if {expected} ~= '' and (epoch or '-') ~= {expected} then
-  return redis.error_reply('{lost} ' .. (epoch or '-'))
+_CHECK_FENCE = """
+if {token} ~= '' then
+  local fence = redis.call('GET', {fence_key})
+  if fence and tonumber(fence) > tonumber({token}) then
+    return redis.error_reply('{fenced} ' .. fence)
+  end
 end
 """
 
+_CHECK_EPOCH = """
+local expected, token = string.match({arg}, '^([^\\n]*)\\n?(.*)$')
+"""
 
-def _check_epoch(epoch_key: str, expected: str) -> str:
-    return _CHECK_EPOCH.format(epoch_key=epoch_key, expected=expected, lost=LOST)
+
+def _check_fence(fence_key: str, token: str) -> str:
+    """Lua refusing the script when ``fence_key`` holds a token above ``token``."""
+    return _CHECK_FENCE.format(fence_key=fence_key, token=token, fenced=FENCED)
+
+
+def _check_epoch(epoch_key: str, arg: str, fence_key: str | None = None) -> str:
+    """Lua parsing ``arg`` (``<expected epoch>[\n<token>]``), refusing a fenced-off
+    token (writes: ``fence_key``), then an epoch other than the expected one; leaves
+    ``epoch`` set."""
+    return (
+        _CHECK_EPOCH.format(arg=arg)
+        + (_check_fence(fence_key, "token") if fence_key else "")
+        + f"""
+local epoch = redis.call('GET', {epoch_key})
+if expected ~= '' and (epoch or '-') ~= expected then
+  return redis.error_reply('{LOST} ' .. (epoch or '-'))
+end
+"""
+    )
 
 
 def _bump_sequence(seq_key: str, explicit: str, ttl: str) -> str:
@@ -77,10 +112,12 @@ WRITE = (
 -- last write or delete, so a snapshot reads only what changed)
 -- ARGV[1] command (SET, RPUSH, HSET, ...), ARGV[2] key name, ARGV[3] expected type
 -- ARGV[4] TTL in ms for key, index and sequence, ARGV[5] explicit sequence or '',
--- ARGV[6] expected epoch ('' unguarded, '-' none yet), ARGV[7..] the command's arguments
+-- KEYS[6] the agent's fence
+-- ARGV[6] expected epoch ('' unguarded, '-' none yet) and the run's token, ARGV[7..] the
+-- command's arguments
 -- Returns {result, sequence, epoch}.
 """
-    + _check_epoch("KEYS[4]", "ARGV[6]")
+    + _check_epoch("KEYS[4]", "ARGV[6]", "KEYS[6]")
     + f"""
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t ~= 'none' and t ~= ARGV[3] then
@@ -121,14 +158,15 @@ return {result, seq, epoch}
 DELETE = (
     """
 -- Delete L1 keys and drop them from the index, atomically.
--- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes, KEYS[5..] the L1 keys
+-- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes, KEYS[5..] the L1 keys,
+-- then the agent's fence (last)
 -- ARGV[1] TTL in ms for the sequence, ARGV[2] explicit sequence or '',
--- ARGV[3] expected epoch, ARGV[5..] key names (ARGV[4] unused, to align with KEYS)
+-- ARGV[3] expected epoch and token, ARGV[5..] key names (ARGV[4] unused, to align with KEYS)
 """
-    + _check_epoch("KEYS[3]", "ARGV[3]")
+    + _check_epoch("KEYS[3]", "ARGV[3]", "KEYS[#KEYS]")
     + """
 local n = 0
-for i = 5, #KEYS do
+for i = 5, #KEYS - 1 do
   n = n + redis.call('DEL', KEYS[i])
   redis.call('HDEL', KEYS[1], ARGV[i])
 end
@@ -150,11 +188,12 @@ EXPIRE = (
     """
 -- Give one L1 key its own TTL, marking its index entry ':own' so that its expiry is
 -- known to be intended (not the partial loss recovery must repair).
--- KEYS[1] the L1 key, KEYS[2] index, KEYS[3] sequence, KEYS[4] epoch, KEYS[5] changes
+-- KEYS[1] the L1 key, KEYS[2] index, KEYS[3] sequence, KEYS[4] epoch, KEYS[5] changes,
+-- KEYS[6] fence
 -- ARGV[1] key name, ARGV[2] the key's TTL in ms, ARGV[3] TTL in ms for the sequence,
--- ARGV[4] explicit sequence or '', ARGV[5] expected epoch
+-- ARGV[4] explicit sequence or '', ARGV[5] expected epoch and token
 """
-    + _check_epoch("KEYS[4]", "ARGV[5]")
+    + _check_epoch("KEYS[4]", "ARGV[5]", "KEYS[6]")
     + """
 local entry = redis.call('HGET', KEYS[2], ARGV[1])
 if not entry or redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
@@ -301,19 +340,25 @@ RESTORE = f"""
 -- Replace an agent's whole L1 with a snapshot, atomically, as a new epoch.
 -- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes (emptied: a snapshot
 -- of the new epoch reads everything), KEYS[5 .. n+4] the L1 keys to write,
--- KEYS[n+5 ..] stale L1 keys to delete
+-- KEYS[n+5 ..] stale L1 keys to delete, then the agent's fence (last)
 -- ARGV[1] msgpack list of {{type, values, own_ttl_ms}} aligned with KEYS[5 .. n+4]: values
 --         is a string, or a flat list (list items; set members; hash field, value, ...;
 --         zset score, member, ...); own_ttl_ms > 0 restores a key's own TTL
 -- ARGV[2] n; ARGV[3] TTL in ms; ARGV[4] sequence; ARGV[5] the new epoch;
--- ARGV[6 .. n+5] the key names, aligned with KEYS[5 .. n+4]
+-- ARGV[6 .. n+5] the key names, aligned with KEYS[5 .. n+4]; ARGV[n+6] the restoring
+-- run's token ('' unfenced): refused below the fence, else it becomes the fence
 local data = cmsgpack.unpack(ARGV[1])
 local n = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
+local token = ARGV[n + 6] or ''
+{_check_fence("KEYS[#KEYS]", "token")}
+if token ~= '' then
+  redis.call('SET', KEYS[#KEYS], token, 'PX', {FENCE_TTL_MS})
+end
 local writers = {{list = 'RPUSH', set = 'SADD', hash = 'HSET', zset = 'ZADD'}}
 local now = redis.call('TIME')
 local stamp = ':' .. ARGV[4] .. ':' .. now[1] .. now[2]
-for i = n + 5, #KEYS do
+for i = n + 5, #KEYS - 1 do
   redis.call('DEL', KEYS[i])
 end
 redis.call('DEL', KEYS[1], KEYS[4])
@@ -347,6 +392,19 @@ redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
 redis.call('SET', KEYS[3], ARGV[5], 'PX', ttl)
 return n
 """
+
+FENCE = (
+    """
+-- A run takes an agent's memory over: the fence becomes its token, unless a later run
+-- holds a higher one (then AMBER_FENCED, and nothing changes).
+-- KEYS[1] the agent's fence; ARGV[1] the run's token
+"""
+    + _check_fence("KEYS[1]", "ARGV[1]")
+    + f"""
+redis.call('SET', KEYS[1], ARGV[1], 'PX', {FENCE_TTL_MS})
+return 1
+"""
+)
 
 WRITE_SEALED = """
 -- Store sealed values (codec.seal), each only if the key holds no sealed value with a
@@ -422,11 +480,12 @@ BATCH = (
 -- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes, KEYS[5..] the L1 key
 -- of each write, aligned with the writes
 -- ARGV[1] msgpack list of writes {command, key name, type, {arguments}} (DEL: type '')
--- ARGV[2] TTL in ms, ARGV[3] explicit sequence or '', ARGV[4] expected epoch
+-- of each write, aligned with the writes, then the agent's fence (last)
+-- ARGV[2] TTL in ms, ARGV[3] explicit sequence or '', ARGV[4] expected epoch and token
 -- Every write's type is checked before any is applied, so a batch applies whole or
 -- not at all. Returns {results, sequence, epoch}.
 """
-    + _check_epoch("KEYS[3]", "ARGV[4]")
+    + _check_epoch("KEYS[3]", "ARGV[4]", "KEYS[#KEYS]")
     + """
 local ops = cmsgpack.unpack(ARGV[1])
 local types = {}

@@ -11,14 +11,21 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgpack
 import redis
 
 from amber import codec
 from amber.codec import REDIS_TYPES, RedisType
-from amber.errors import ConsistencyError, InvalidValue, MemoryLost, StoreUnavailable, WrongType
+from amber.errors import (
+    ConsistencyError,
+    Fenced,
+    InvalidValue,
+    MemoryLost,
+    StoreUnavailable,
+    WrongType,
+)
 from amber.keys import Keys, check_id, check_key, check_utf8
 from amber.memory import scripts
 
@@ -27,6 +34,8 @@ COMMAND_TYPES: dict[str, RedisType] = {
     "SADD": "set", "SREM": "set", "ZADD": "zset", "ZREM": "zset",
 }  # fmt: skip
 """The Redis type each write command works on."""
+
+T = TypeVar("T")
 
 Scalar = bytes | str | int | float
 ByteSet = set[bytes]
@@ -43,6 +52,13 @@ def redis_errors(agent_id: str, name: str | None = None) -> Iterator[None]:
         yield
     except redis.ResponseError as exc:
         text = str(exc)
+        if text.startswith(scripts.FENCED):
+            raise Fenced(
+                f"a later run took agent {agent_id}'s working memory over (fence"
+                f" {text.split()[1]}): this run's write was refused",
+                agent_id=agent_id,
+                key=name,
+            ) from None
         if text.startswith(scripts.LOST):
             raise MemoryLost(
                 "working memory was lost or replaced in Redis since it was recovered"
@@ -98,6 +114,9 @@ class AgentMemory:
         self._seq = keys.l1_seq(agent_id)
         self._epoch = keys.l1_epoch(agent_id)
         self._changes = keys.l1_changes(agent_id)
+        self._fence = keys.l1_fence(agent_id)
+        self.token: int | None = None
+        """The fencing token of the run writing this memory (None: unfenced)."""
         self.guarded = False
         self.written: set[str] = set()
         """Key names this object wrote since its agent's last save (a hint: snapshots
@@ -123,6 +142,11 @@ class AgentMemory:
         self.guarded = True
         self.epoch = epoch
 
+    def fence(self, token: int | None) -> None:
+        """Write as the run holding ``token`` from now on: a write is refused
+        (``Fenced``) once a run with a higher token took the memory over."""
+        self.token = token
+
     def current_epoch(self) -> str | None:
         """The incarnation Redis holds now (None: no memory)."""
         with redis_errors(self.agent_id):
@@ -130,9 +154,10 @@ class AgentMemory:
         return raw.decode() if isinstance(raw, bytes) else None
 
     def _expected(self) -> str:
-        if not self.guarded:
-            return ""
-        return self.epoch or "-"
+        """The scripts' guard argument: the expected epoch ('' unguarded, '-' none yet),
+        and the run's token after a newline when fenced."""
+        expected = (self.epoch or "-") if self.guarded else ""
+        return expected if self.token is None else f"{expected}\n{self.token}"
 
     def _adopt(self, epoch: Any) -> None:
         if self.guarded and isinstance(epoch, bytes):
@@ -142,7 +167,17 @@ class AgentMemory:
     def _write(self, command: str, name: str, *args: Any) -> Any:
         values = self._check(command, name, args)
         seq = self.journal(command, name, values) if self.journal else None
-        return self._apply(command, name, values, seq)
+        return self._logged(seq, lambda: self._apply(command, name, values, seq))
+
+    def _logged(self, seq: int | None, apply: Callable[[], T]) -> T:
+        """Apply a write already logged at ``seq``; if a later run fenced it off, log the
+        entry void, so no replay ever applies a write Redis refused."""
+        try:
+            return apply()
+        except Fenced:
+            if seq is not None and self.journal is not None:
+                self.journal(VOID, "", [seq])
+            raise
 
     def _check(self, command: str, name: str, args: tuple[Any, ...]) -> list[bytes]:
         """Refuse a write before anything is logged (a logged write must be replayable);
@@ -174,11 +209,15 @@ class AgentMemory:
                 f"value for key {name!r} cannot be stored: {exc}", agent_id=self.agent_id, key=name
             ) from None
 
+    def _key_keys(self, name: str) -> list[str]:
+        """KEYS of a script on one L1 key: the key, index, sequence, epoch, changes, fence."""
+        return [self.key(name), self._index, self._seq, self._epoch, self._changes, self._fence]
+
     def _apply(self, command: str, name: str, args: list[Any], seq: int | None) -> Any:
         self.written.add(name)
         with redis_errors(self.agent_id, name):
             result, _, epoch = self._write_script(
-                keys=[self.key(name), self._index, self._seq, self._epoch, self._changes],
+                keys=self._key_keys(name),
                 args=[
                     command,
                     name,
@@ -202,6 +241,7 @@ class AgentMemory:
                     self._epoch,
                     self._changes,
                     *(self.key(n) for n in names),
+                    self._fence,
                 ],
                 args=[self.ttl_ms, "" if seq is None else seq, self._expected(), "", *names],
             )
@@ -214,6 +254,8 @@ class AgentMemory:
         A write that met a key of another type failed the same way when first made,
         and is skipped.
         """
+        if command == VOID:
+            return  # the write it names was refused: the log's replay skips it
         if command == BATCH:
             ops = [[*(_text(x) for x in op[:3]), list(op[3])] for op in args]
             self._apply_batch(ops, seq)
@@ -249,6 +291,7 @@ class AgentMemory:
                     self._epoch,
                     self._changes,
                     *(self.key(op[1]) for op in ops),
+                    self._fence,
                 ],
                 args=[
                     msgpack.packb(ops, use_bin_type=False),
@@ -316,7 +359,7 @@ class AgentMemory:
         for n in names:
             check_key(n)
         seq = self.journal("DEL", names[0], list(names[1:])) if self.journal else None
-        return self._delete(list(names), seq)
+        return self._logged(seq, lambda: self._delete(list(names), seq))
 
     def clear(self) -> int:
         """Delete every key of this agent's working memory."""
@@ -332,13 +375,13 @@ class AgentMemory:
             return self.delete(name) == 1
         self.key(name)
         seq = self.journal("EXPIRE", name, [seconds * 1000]) if self.journal else None
-        return self._expire(name, seconds * 1000, seq)
+        return self._logged(seq, lambda: self._expire(name, seconds * 1000, seq))
 
     def _expire(self, name: str, ttl_ms: int, seq: int | None) -> bool:
         self.written.add(name)
         with redis_errors(self.agent_id, name):
             done, _, epoch = self._expire_script(
-                keys=[self.key(name), self._index, self._seq, self._epoch, self._changes],
+                keys=self._key_keys(name),
                 args=[name, ttl_ms, self.ttl_ms, "" if seq is None else seq, self._expected()],
             )
         self._adopt(epoch)
@@ -459,6 +502,10 @@ def supported(rtype: str) -> bool:
 BATCH = "BATCH"
 """The log's name of a batch of writes (``AgentMemory.batch``)."""
 
+VOID = "VOID"
+"""The log's name of a void mark: the logged write at the sequence it names was refused
+by Redis (a later run fenced it off) and must never be replayed."""
+
 
 class Batch:
     """Writes queued by ``AgentMemory.batch()``, applied together when the block ends."""
@@ -480,7 +527,7 @@ class Batch:
         mem, ops = self.memory, self.ops
         self.ops = []
         seq = mem.journal(BATCH, "", ops) if mem.journal else None
-        self.results = mem._apply_batch(ops, seq)
+        self.results = mem._logged(seq, lambda: mem._apply_batch(ops, seq))
         return self.results
 
     def _queue(self, command: str, name: str, *args: Any) -> Batch:

@@ -128,7 +128,9 @@ class PauseManager:
         observe.emit(observe.PAUSE, reason=reason)
         try:
             with self.analyses.runner_lock(aid, defaults.RUNNER_GONE_WAIT) as claim:
-                agents, _ = self.coordinator.prepare_agents(record, claim.owner, code=False)
+                agents, _ = self.coordinator.prepare_agents(
+                    record, claim.owner, code=False, token=claim.token
+                )
                 try:
                     states = self.coordinator.freeze(aid, agents)
                 finally:
@@ -196,7 +198,9 @@ class PauseManager:
         if not taken_over:
             self.analyses.transition(aid, "running", ("paused",))  # raises for other states
         try:
-            agents, recovery = self.coordinator.prepare_agents(record, claim.owner)
+            agents, recovery = self.coordinator.prepare_agents(
+                record, claim.owner, token=claim.token
+            )
         except BaseException as exc:
             if not taken_over:
                 self.analyses.transition(aid, "paused", ("running",))  # still paused

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from amber import codec, defaults
 from amber.agents.base import BaseAgent
 from amber.errors import (
     AmberError,
@@ -27,6 +28,7 @@ from amber.errors import (
     CheckpointConflict,
     CodeChanged,
     ConsistencyError,
+    Fenced,
     InvalidValue,
     QuotaExceeded,
     ReviewAlreadyDecided,
@@ -52,7 +54,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amber.steps")
 
-STORAGE_ERRORS = (StoreUnavailable, CheckpointConflict, ConsistencyError, AnalysisStateError)
+STORAGE_ERRORS = (
+    StoreUnavailable,
+    CheckpointConflict,
+    ConsistencyError,
+    AnalysisStateError,
+    Fenced,
+)
 """Errors that stop a run instead of counting as the step's failure."""
 
 
@@ -63,6 +71,7 @@ class RunStopped(AmberError):
 
 NOT_RETRIED: tuple[type[BaseException], ...] = (
     *STORAGE_ERRORS,
+    InvalidValue,
     QuotaExceeded,
     AwaitingReview,
     StepInDoubt,
@@ -85,8 +94,11 @@ class RunControl:
         leases: Leases | None = None,
         shutdown: threading.Event | None = None,
         preserve: bool | None = None,
+        token: int | None = None,
     ) -> None:
         self.owner = owner
+        self.token = token
+        """The run's fencing token (None: a run outside any lease, unfenced)."""
         self.leases = leases
         self.shutdown = shutdown
         self.preserve = preserve
@@ -157,7 +169,7 @@ class StepExecutor:
         intent: Intent | None = None
         if at_most_once:
             intent = self.intents.begin(
-                agent.analysis_id, agent.agent_id, agent.agent_type, key, name
+                agent.analysis_id, agent.agent_id, agent.agent_type, key, name, self.control.owner
             )
             if intent.status == "skip":
                 return self._record(agent, key, name, intent.result, intent)
@@ -173,7 +185,10 @@ class StepExecutor:
                 )
             if takes_idempotency_key(fn):
                 kwargs = {**kwargs, IDEMPOTENCY_KEY: intent.idempotency_key}
-        value = self._attempt(agent, key, fn, args, kwargs, retry or self.default_retry)
+        blind = at_most_once and IDEMPOTENCY_KEY not in kwargs
+        # an at-most-once call that raised may have acted: never called twice blindly
+        policy = Retry(attempts=1) if blind else retry or self.default_retry
+        value = self._attempt(agent, key, fn, args, kwargs, policy, blind)
         return self._record(agent, key, name, value, intent)
 
     def _attempt(
@@ -184,8 +199,15 @@ class StepExecutor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         policy: Retry,
+        blind: bool = False,
     ) -> Any:
         for attempt in range(1, policy.attempts + 1):
+            # each retry only while the run still holds its lease as of a recent heartbeat
+            # (the first try was checked by run_step, and an intent's statement is fenced):
+            # a process that was frozen while its call failed finds out here
+            why = self.control.why_stop(agent) if attempt > 1 else None
+            if why is not None:
+                raise RunStopped(f"run stops before retrying step {key!r}: {why}", reason=why)
             try:
                 return fn(*args, **kwargs)
             except NOT_RETRIED:
@@ -193,9 +215,13 @@ class StepExecutor:
             except Exception as exc:
                 agent.retry_count += 1
                 if attempt >= policy.attempts:
+                    tries = (
+                        "once (an at-most-once step without an idempotency key is never retried)"
+                        if blind
+                        else f"on all {policy.attempts} attempts"
+                    )
                     raise StepFailed(
-                        f"step {key!r} failed on all {policy.attempts} attempts:"
-                        f" {type(exc).__name__}: {exc}",
+                        f"step {key!r} failed {tries}: {type(exc).__name__}: {exc}",
                         step=key,
                         attempts=policy.attempts,
                         agent_id=agent.agent_id,
@@ -226,13 +252,10 @@ class StepExecutor:
         self, agent: BaseAgent, key: str, name: str, value: Any, intent: Intent | None
     ) -> Any:
         try:  # the caller gets what a resumed run would get back: the JSON of it
-            value = orjson.loads(orjson.dumps(value))
-        except TypeError as exc:
-            raise InvalidValue(
-                f"step {key!r} returned a value that is not JSON: {exc}",
-                step=key,
-                agent_id=agent.agent_id,
-            ) from None
+            raw = codec.json_value(value, f"step {key!r}'s result", defaults.DOCUMENT_MAX_BYTES)
+        except InvalidValue as exc:  # not stored, never retried: the agent fails with it
+            raise InvalidValue(exc.message, step=key, agent_id=agent.agent_id) from None
+        value = orjson.loads(raw)
         was_pending = agent.complete(key, value)
         agent.step_functions[key] = name
         try:
@@ -264,10 +287,7 @@ class StepExecutor:
         why = self.control.why_stop(agent)
         if why is not None:
             raise RunStopped(f"run stops before review {step!r}: {why}", reason=why)
-        try:
-            orjson.dumps(payload)
-        except TypeError as exc:
-            raise InvalidValue(f"review payload is not JSON: {exc}", field="payload") from None
+        codec.json_value(payload, "payload", defaults.DOCUMENT_MAX_BYTES)
         review = self.reviews.open(
             agent.analysis_id,
             agent.agent_id,
@@ -277,6 +297,7 @@ class StepExecutor:
             payload,
             deadline_at(deadline),
             on_deadline,
+            self.control.owner,
         )
         if review.due(datetime.now(UTC)):
             try:

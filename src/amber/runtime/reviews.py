@@ -19,7 +19,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from amber import defaults, observe
+from amber import codec, defaults, observe
+from amber.checkpoints.analyses import fenced
 from amber.errors import InvalidValue, ReviewAlreadyDecided, ReviewNotFound
 from amber.keys import check_id, check_reason, check_text, check_uuid
 from amber.runtime import sql
@@ -162,8 +163,12 @@ class Reviews:
         payload: Any,
         deadline: datetime | None,
         on_deadline: str,
+        owner: str | None = None,
     ) -> Review:
-        """The review step ``key`` waits for: created the first time, found after that."""
+        """The review step ``key`` waits for: created the first time, found after that.
+
+        With ``owner`` (the run waiting) the statement is fenced by its lease: ``Fenced``,
+        and nothing written, once the run no longer holds the analysis."""
         kind = check_id(kind, "kind")
         if on_deadline not in ON_DEADLINE:
             raise InvalidValue("on_deadline must be 'approve' or 'reject'", field="on_deadline")
@@ -177,10 +182,13 @@ class Reviews:
             "payload": Jsonb(payload),
             "deadline": deadline,
             "on_deadline": on_deadline,
+            "owner": owner,
         }
         with self.pg.connection() as conn:
             row = conn.execute(sql.OPEN_REVIEW, params).fetchone()
-        assert row is not None
+        if row is None:
+            assert owner is not None
+            raise fenced(analysis_id, owner, f"open review {key!r}")
         return _review(row)
 
     def get(self, review_id: object) -> Review:
@@ -251,6 +259,7 @@ class Reviews:
         by = check_reason(by, "by")
         if comment is not None:
             comment = check_text(comment, "comment", defaults.COMMENT_MAX_LEN)
+        codec.json_value(data, "data", defaults.DOCUMENT_MAX_BYTES)
         decision = Decision(
             outcome, by, datetime.now(UTC).isoformat(), comment, data, expired
         ).as_dict()

@@ -7,7 +7,7 @@ empty ``RETURNING``.
 
 from __future__ import annotations
 
-from amber.schema.sql import NO_LIVE_LEASE
+from amber.schema.sql import NO_LIVE_LEASE, RUN_HOLDS
 
 # -- step_intents --------------------------------------------------------------------------
 _INTENT_COLUMNS = (
@@ -18,17 +18,20 @@ _INTENT_COLUMNS = (
 BEGIN_INTENT = f"""
 WITH fresh AS (
     INSERT INTO step_intents (step_id, analysis_id, agent_id, agent_type, step_key, fn)
-    VALUES (%(step_id)s, %(analysis_id)s, %(agent_id)s, %(agent_type)s, %(key)s, %(fn)s)
+    SELECT %(step_id)s::uuid, %(analysis_id)s::uuid, %(agent_id)s::varchar,
+        %(agent_type)s::varchar, %(key)s::text, %(fn)s::text
+    WHERE {RUN_HOLDS}
     ON CONFLICT (analysis_id, agent_id, step_key) DO NOTHING
     RETURNING {_INTENT_COLUMNS}, TRUE AS fresh)
 SELECT * FROM fresh
 UNION ALL
 SELECT {_INTENT_COLUMNS}, FALSE FROM step_intents
 WHERE analysis_id = %(analysis_id)s AND agent_id = %(agent_id)s AND step_key = %(key)s
-  AND NOT EXISTS (SELECT 1 FROM fresh)
+  AND NOT EXISTS (SELECT 1 FROM fresh) AND {RUN_HOLDS}
 """
 """Record that an at-most-once step is about to call out, durably, before it does; or
-find the record an earlier attempt left (``fresh`` false: that attempt is in doubt)."""
+find the record an earlier attempt left (``fresh`` false: that attempt is in doubt).
+Nothing back: the run ``owner`` no longer holds the analysis (fenced)."""
 
 FINISH_INTENT = "UPDATE step_intents SET status = 'done', resolved_at = NOW() WHERE step_id = %s"
 
@@ -73,17 +76,20 @@ OPEN_REVIEW = f"""
 WITH fresh AS (
     INSERT INTO reviews (review_id, analysis_id, agent_id, agent_type, step_key, kind, payload,
                          deadline, on_deadline)
-    VALUES (%(review_id)s, %(analysis_id)s, %(agent_id)s, %(agent_type)s, %(key)s, %(kind)s,
-            %(payload)s, %(deadline)s, %(on_deadline)s)
+    SELECT %(review_id)s::uuid, %(analysis_id)s::uuid, %(agent_id)s::varchar,
+        %(agent_type)s::varchar, %(key)s::text, %(kind)s::varchar, %(payload)s::jsonb,
+        %(deadline)s::timestamptz, %(on_deadline)s::varchar
+    WHERE {RUN_HOLDS}
     ON CONFLICT (analysis_id, agent_id, step_key) DO NOTHING
     RETURNING {_REVIEW_COLUMNS})
 SELECT * FROM fresh
 UNION ALL
 SELECT {_REVIEW_COLUMNS} FROM reviews
 WHERE analysis_id = %(analysis_id)s AND agent_id = %(agent_id)s AND step_key = %(key)s
-  AND NOT EXISTS (SELECT 1 FROM fresh)
+  AND NOT EXISTS (SELECT 1 FROM fresh) AND {RUN_HOLDS}
 """
-"""The review a waiting step asks for: created the first time, found every time after."""
+"""The review a waiting step asks for: created the first time, found every time after;
+nothing back when the run ``owner`` no longer holds the analysis (fenced)."""
 
 DECIDE = f"""
 UPDATE reviews SET status = %(status)s, decision = %(decision)s, decided_by = %(by)s,

@@ -20,6 +20,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from amber import codec, defaults
+from amber.checkpoints.analyses import fenced
 from amber.errors import AnalysisStateError, InvalidValue, NotFound
 from amber.keys import check_reason, check_uuid
 from amber.runtime import sql
@@ -143,11 +145,21 @@ class StepIntents:
     def __init__(self, pool: ConnectionPool) -> None:
         self.pg = pool
 
-    def begin(self, analysis_id: str, agent_id: str, agent_type: str, key: str, fn: str) -> Intent:
+    def begin(
+        self,
+        analysis_id: str,
+        agent_id: str,
+        agent_type: str,
+        key: str,
+        fn: str,
+        owner: str | None = None,
+    ) -> Intent:
         """Record (or find) the intent of step ``key``: durable before the call goes out.
 
         The step id is derived from the analysis, agent and key, so it is the same
-        idempotency key on every attempt.
+        idempotency key on every attempt. With ``owner`` (the run making the call) the
+        statement is fenced by its lease: ``Fenced``, and nothing written, once the run
+        no longer holds the analysis.
         """
         step_id = str(uuid.uuid5(uuid.UUID(analysis_id), f"{agent_id}\x00{key}"))
         params = {
@@ -157,10 +169,13 @@ class StepIntents:
             "agent_type": agent_type,
             "key": key,
             "fn": fn,
+            "owner": owner,
         }
         with self.pg.connection() as conn:
             row = conn.execute(sql.BEGIN_INTENT, params).fetchone()
-        assert row is not None
+        if row is None:
+            assert owner is not None
+            raise fenced(analysis_id, owner, f"start step {key!r}")
         return _intent(row)
 
     def finish(self, step_id: str) -> None:
@@ -207,6 +222,8 @@ class StepIntents:
         """
         sid = check_uuid(step_id, "step_id")
         by = check_reason(by, "by")
+        if not rerun:
+            codec.json_value(result, "result", defaults.DOCUMENT_MAX_BYTES)
         current = self.get(sid)
         params = {
             "to": "rerun" if rerun else "skip",

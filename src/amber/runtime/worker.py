@@ -29,6 +29,7 @@ from amber.errors import (
     AmberError,
     AnalysisStateError,
     CodeChanged,
+    Fenced,
     MigrationError,
     StoreUnavailable,
     UnknownAgent,
@@ -40,6 +41,12 @@ if TYPE_CHECKING:
     from amber.runtime.app import App
 
 log = logging.getLogger("amber.worker")
+
+BACKOFF_FIRST = 1.0
+"""Seconds a worker leaves an analysis alone after a run of it failed on an error."""
+
+BACKOFF_MAX = 60.0
+"""Longest wait: the backoff doubles with each failed run of the same analysis."""
 
 
 @dataclass
@@ -86,6 +93,8 @@ class Worker:
         self.stats = WorkerStats()
         self._wake = threading.Event()
         self._running: dict[str, Future[None]] = {}
+        self._backoff: dict[str, tuple[float, float]] = {}
+        """Analyses whose last run failed on an error: (left alone until, the wait)."""
         self._lock = threading.Lock()
 
     def run(self, until: Callable[[], bool] | None = None) -> WorkerStats:
@@ -106,7 +115,9 @@ class Worker:
                         # a run of ours whose lease lapsed (the database was away longer
                         # than a lease) may still be inside a step: never claim it again
                         # beside it, under the same owner the fence cannot tell apart
-                        skip = [*self.stats.refused, *self._running]
+                        now = time.monotonic()
+                        waiting = [a for a, (until, _) in self._backoff.items() if until > now]
+                        skip = [*self.stats.refused, *self._running, *waiting]
                     claims = leases.claim_next(self.name, free, self.app.names(), skip)
                 except StoreUnavailable as exc:
                     log.warning("worker %s: cannot reach a server, retrying: %s", self.name, exc)
@@ -126,8 +137,22 @@ class Worker:
         with self._lock:
             self.stats.claimed += 1
             self.stats.taken_over += claim.taken_over
+        if claim.stuck:
+            log.warning(
+                "worker %s took analysis %s over from %s: its process is alive but renewed"
+                " no lease for %.0f s (a step that does not return, or a frozen process);"
+                " that run is fenced off",
+                self.name,
+                aid,
+                claim.prior,
+                self.stack.analyses.leases.stuck_seconds,
+            )
         try:
             self.coordinator.run_claimed(claim, self.shutdown)
+            with self._lock:
+                self._backoff.pop(aid, None)
+        except Fenced as exc:  # another run holds it now: this one changed nothing more
+            log.warning("worker %s: run of %s stopped, fenced off: %s", self.name, aid, exc)
         except AnalysisStateError:
             pass  # paused or finished between the claim and the run: nothing to do
         except (CodeChanged, MigrationError, VersionTooNew, UnknownAgent) as exc:
@@ -136,13 +161,10 @@ class Worker:
             log.error("worker %s refuses analysis %s: %s", self.name, aid, exc)
             self._note(aid, "refused", error=str(exc))
         except (AmberError, OSError) as exc:
-            with self._lock:
-                self.stats.errors += 1
-            log.warning("worker %s: run of %s stopped: %s", self.name, aid, exc)
-        except Exception:
-            with self._lock:
-                self.stats.errors += 1
+            self._back_off(aid, exc)
+        except Exception as exc:
             log.exception("worker %s: run of %s failed", self.name, aid)
+            self._back_off(aid, exc, logged=True)
         finally:
             with contextlib.suppress(StoreUnavailable):  # else the lease lapses by itself
                 self.stack.analyses.leases.release(aid, claim.owner)
@@ -150,6 +172,32 @@ class Worker:
                 self._running.pop(aid, None)
                 self.stats.finished += 1
             self._wake.set()
+
+    def _back_off(self, aid: str, exc: BaseException, logged: bool = False) -> None:
+        """Leave an analysis whose run failed alone for a while, doubling the wait each
+        time it fails again: an error that will not change by itself (a lock a frozen
+        process holds, a write that always fails) costs a claim a minute, not a loop.
+        Said once per streak, on the timeline and in the log."""
+        with self._lock:
+            self.stats.errors += 1
+            _, before = self._backoff.get(aid, (0.0, 0.0))
+            wait = min(before * 2, BACKOFF_MAX) if before else BACKOFF_FIRST
+            self._backoff[aid] = (time.monotonic() + wait, wait)
+        if before:
+            log.debug(
+                "worker %s: run of %s failed again (next try in %.0f s)", self.name, aid, wait
+            )
+            return
+        if not logged:
+            log.warning(
+                "worker %s: run of %s stopped: %s (left alone for %.0f s, then longer while"
+                " it keeps failing)",
+                self.name,
+                aid,
+                exc,
+                wait,
+            )
+        self._note(aid, "backing_off", error=f"{type(exc).__name__}: {exc}"[:500])
 
     def _note(self, aid: str, kind: str, **detail: Any) -> None:
         with contextlib.suppress(StoreUnavailable):

@@ -313,6 +313,13 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX idx_reviews_pending ON reviews (deadline) WHERE status = 'pending';
     """,
+    # 8: fencing tokens. every claim of an analysis draws a number from one sequence, so
+    #    a later run always holds a higher token than an earlier one; Redis scripts refuse
+    #    a working-memory write whose token is below the agent's fence.
+    """
+    CREATE SEQUENCE amber_lease_tokens;
+    ALTER TABLE analyses ADD COLUMN lease_token BIGINT;
+    """,
 ]
 
 

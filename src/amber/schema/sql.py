@@ -23,6 +23,12 @@ _CHECKPOINT_COLUMNS = (
     " l1_snapshot_keys, l1_snapshot_base"
 )
 
+RUN_HOLDS = """(%(owner)s::text IS NULL OR EXISTS (
+    SELECT 1 FROM analyses WHERE analysis_id = %(analysis_id)s AND lease_owner = %(owner)s))"""
+"""The fence of a run's write, inside the statement that makes it: the run ``owner`` still
+holds the analysis's lease (a write made outside any run passes ``owner`` NULL). Once the
+lease was taken over, given back, or cleared by the analysis's end, the write is refused."""
+
 INSERT_CHECKPOINT = f"""
 INSERT INTO agent_checkpoints ({_CHECKPOINT_COLUMNS})
 SELECT %(checkpoint_id)s::uuid, %(seq)s::bigint, %(writer)s::text, %(stock_ticker)s::varchar,
@@ -38,13 +44,16 @@ WHERE NOT EXISTS (
     WHERE analysis_id = %(analysis_id)s AND agent_type = %(agent_type)s AND seq >= %(seq)s)
 AND NOT EXISTS (
     SELECT 1 FROM analyses WHERE analysis_id = %(analysis_id)s
-    AND lease_owner IS NOT NULL AND lease_owner <> %(writer)s)
+    AND (lease_owner IS DISTINCT FROM %(writer)s OR status NOT IN ('running', 'paused')))
 ON CONFLICT (analysis_id, agent_type, seq) DO NOTHING
 RETURNING id, (SELECT status FROM analyses WHERE analysis_id = %(analysis_id)s)
 """
-"""Add checkpoint ``seq`` unless it or a later one exists, or another run holds the
-analysis's lease (a writer whose lease was taken over is fenced off here, in the same
-statement): a row back means it was written, with the analysis's status beside it."""
+"""Add checkpoint ``seq`` unless it or a later one exists, or the writer does not hold the
+analysis's lease: taken over, given back, or cleared when the analysis ended (the fence,
+in the same statement). A row back means it was written, with the analysis's status
+beside it. Checkpoints of an agent outside any analysis (no row) are not fenced."""
+
+LEASE_OF = "SELECT lease_owner, status FROM analyses WHERE analysis_id = %s"
 
 NEWEST_SEQ = """
 SELECT seq FROM agent_checkpoints WHERE analysis_id = %s AND agent_type = %s
@@ -162,10 +171,10 @@ ANALYSIS = f"SELECT {ANALYSIS_COLUMNS} FROM analyses WHERE analysis_id = %s"
 
 ANALYSES = f"SELECT {ANALYSIS_COLUMNS} FROM analyses {{where}} ORDER BY created_at DESC LIMIT %s"
 
-TRANSITION = """
+TRANSITION = f"""
 UPDATE analyses SET status = %(to)s::varchar, updated_at = NOW(),
     finished_at = CASE WHEN %(to)s::varchar IN ('completed', 'failed') THEN NOW() END
-WHERE analysis_id = %(analysis_id)s AND status = ANY(%(allowed)s)
+WHERE analysis_id = %(analysis_id)s AND status = ANY(%(allowed)s) AND {RUN_HOLDS}
 RETURNING status
 """
 """Move an analysis between statuses, only from an allowed one: of two racing, one wins."""
@@ -220,13 +229,16 @@ no live run holds it: what claims, ``has_runner`` and in-doubt listings all ask.
 
 CLAIM = f"""
 UPDATE analyses a SET lease_owner = %(owner)s, lease_key = %(key)s,
-    lease_expires = NOW() + make_interval(secs => %(lease)s)
+    lease_expires = NOW() + make_interval(secs => %(lease)s),
+    lease_token = CASE WHEN a.lease_owner = %(owner)s AND a.lease_token IS NOT NULL
+                       THEN a.lease_token ELSE nextval('amber_lease_tokens') END
 FROM (SELECT analysis_id, lease_owner FROM analyses WHERE analysis_id = %(aid)s FOR UPDATE) p
 WHERE a.analysis_id = p.analysis_id AND (a.lease_owner = %(owner)s OR {_CLAIMABLE})
-RETURNING a.status, p.lease_owner
+RETURNING a.status, p.lease_owner, a.lease_token
 """
 """Lease one analysis, whatever its status, unless a live owner holds it: (status, the
-owner before); no row back means it is held. The row lock orders two claimers."""
+owner before, the run's fencing token); no row back means it is held. The row lock
+orders two claimers."""
 
 CLAIM_NEXT = f"""
 WITH live AS (
@@ -236,8 +248,11 @@ WITH live AS (
 claimed AS (
     UPDATE analyses a SET lease_owner = %(owner)s || ':' || substr(md5(random()::text), 1, 8),
         lease_key = %(key)s,
-        lease_expires = NOW() + make_interval(secs => %(lease)s)
-    FROM (SELECT c.analysis_id, c.lease_owner FROM analyses c
+        lease_expires = NOW() + make_interval(secs => %(lease)s),
+        lease_token = nextval('amber_lease_tokens')
+    FROM (SELECT c.analysis_id, c.lease_owner,
+              COALESCE(c.lease_key::bigint = ANY ({_LIVE_KEYS}), FALSE) AS owner_alive
+          FROM analyses c
           WHERE c.status = 'running' AND (c.lease_owner IS NULL OR c.lease_expires < NOW()
               OR c.lease_key IS NULL OR c.lease_key::bigint <> ALL ({_LIVE_KEYS}))
             AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(c.agents) e
@@ -250,12 +265,14 @@ claimed AS (
         (SELECT jsonb_object_agg(h.agent_type, h.seq) FROM (
             SELECT agent_type, max(seq) AS seq FROM agent_checkpoints
             WHERE analysis_id = a.analysis_id GROUP BY agent_type) h) AS heads,
+        a.lease_token AS token, p.lease_owner IS NOT NULL AND p.owner_alive AS stuck,
         {", ".join("a." + c.strip() for c in ANALYSIS_COLUMNS.split(","))}),
 noted AS (
     INSERT INTO analysis_events (analysis_id, kind, by, detail)
     SELECT claimed_id, CASE WHEN prior IS NULL THEN 'claimed' ELSE 'taken_over' END,
-        owner, CASE WHEN prior IS NOT NULL
-                          THEN jsonb_build_object('taken_over_from', prior) END
+        owner, CASE WHEN stuck THEN jsonb_build_object('taken_over_from', prior, 'stuck', TRUE)
+                    WHEN prior IS NOT NULL THEN jsonb_build_object('taken_over_from', prior)
+               END
     FROM claimed)
 SELECT live.held, c.* FROM live LEFT JOIN claimed c ON TRUE
 """
@@ -269,8 +286,10 @@ connection (backend ``%(pid)s``): after a PostgreSQL restart that connection can
 with its lock gone, and a lease naming a lock nobody holds is anyone's to take. The first
 column of every row says whether the lock is held; the claimed rows follow it (none: one
 row of NULLs): analysis id, lease owner, prior owner, each agent's newest checkpoint
-sequence (``heads``), then ``ANALYSIS_COLUMNS``. Each claim's ``claimed`` or
-``taken_over`` event is written by the same statement."""
+sequence (``heads``), the run's fencing token, whether the run it takes over from was
+stuck (its process alive, its lease unrenewed for ``stuck_seconds``), then
+``ANALYSIS_COLUMNS``. Each claim's ``claimed`` or ``taken_over`` event (``stuck`` in its
+detail when so) is written by the same statement."""
 
 RENEW = """
 UPDATE analyses SET lease_expires = NOW() + make_interval(secs => %(lease)s)
@@ -279,7 +298,8 @@ WHERE lease_owner = ANY(%(owners)s) RETURNING lease_owner, status
 """Extend every lease this process still holds; a lease missing from the answer was lost."""
 
 RELEASE = """
-UPDATE analyses SET lease_owner = NULL, lease_key = NULL, lease_expires = NULL
+UPDATE analyses SET lease_owner = NULL, lease_key = NULL, lease_expires = NULL,
+    lease_token = NULL
 WHERE analysis_id = %s AND lease_owner = %s
 """
 
@@ -321,8 +341,10 @@ WITH moved AS (
     UPDATE analyses SET status = %(to)s::varchar, updated_at = NOW(), finished_at = NOW(),
         lease_owner = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_owner END,
         lease_key = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_key END,
-        lease_expires = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_expires END
+        lease_expires = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_expires END,
+        lease_token = CASE WHEN lease_owner = %(owner)s THEN NULL ELSE lease_token END
     WHERE analysis_id = %(analysis_id)s AND status = 'running'
+        AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s)
     RETURNING analysis_id),
 kept AS (
     INSERT INTO analysis_results (analysis_id, agent_id, agent_type, status, result, steps)
@@ -340,10 +362,17 @@ SELECT count(*) FROM moved
 """
 """End a running analysis in one statement: its status (completed or failed), each
 agent's result (a JSON list of {agent_id, agent_type, status, result, steps}), the event,
-and with ``purge`` its checkpoints deleted; the lease is given back if ``owner`` holds it;
-nothing at all unless it was running (the count says 0 then)."""
+and with ``purge`` its checkpoints deleted, the lease given back; nothing at all unless it
+was running and, with ``owner``, that run still holds its lease (the count says 0 then)."""
 
 ADD_EVENT = "INSERT INTO analysis_events (analysis_id, kind, by, detail) VALUES (%s, %s, %s, %s)"
+
+RUN_EVENT = f"""
+INSERT INTO analysis_events (analysis_id, kind, by, detail)
+SELECT %(analysis_id)s::uuid, %(kind)s::varchar, %(by)s::text, %(detail)s::jsonb
+WHERE {RUN_HOLDS}
+"""
+"""An event a run adds (released, rolled_back, paused by it), fenced by its lease."""
 
 EVENTS = "SELECT at, kind, by, detail FROM analysis_events WHERE analysis_id = %s ORDER BY id"
 

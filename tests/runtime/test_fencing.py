@@ -1,0 +1,198 @@
+"""A run that lost its lease changes nothing: every write it attempts is refused by the
+statement or script that would make it, and it calls no step again.
+
+Run A holds an analysis; its lease lapses as if its process had been frozen, and run B
+(another stack: another process's connections and liveness lock) takes it over. Each
+write A then attempts, working memory included, is refused; B's state is untouched.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import amber
+from amber import Fenced
+from amber.memory.restore import apply_memory
+from amber.runtime.app import RESULT_KEY
+
+from ..conftest import Engines
+
+AppMaker = Callable[[], amber.App]
+Namer = Callable[[str], str]
+
+
+@pytest.fixture
+def other(engines: Engines) -> Iterator[amber.Stack]:
+    """Another process's view: its own pool, heartbeat and liveness lock."""
+    with amber.connect(engines.redis_url, engines.database_url, prefix=engines.prefix) as s:
+        yield s
+
+
+@pytest.fixture
+def quick(engines: Engines) -> Iterator[amber.Stack]:
+    """A stack whose leases last half a second (a run that misses them stops)."""
+    with amber.connect(
+        engines.redis_url,
+        engines.database_url,
+        prefix=engines.prefix,
+        lease_seconds=0.5,
+        stuck_seconds=0.5,
+    ) as s:
+        yield s
+
+
+def lapse(stack: amber.Stack, aid: str) -> None:
+    """Let the analysis's lease run out now, as a frozen owner's would."""
+    with stack.pg.connection() as conn:
+        conn.execute(
+            "UPDATE analyses SET lease_expires = NOW() - interval '1 second'"
+            " WHERE analysis_id = %s",
+            (aid,),
+        )
+
+
+def _app(new_app: AppMaker, name: Namer) -> tuple[amber.App, Any]:
+    app = new_app()
+
+    @app.agent(name=name("writer"), steps=["a", "b"])
+    def writer(ctx: Any) -> int:
+        return int(ctx.step("a", lambda: 1)) + int(ctx.step("b", lambda: 2))
+
+    return app, writer
+
+
+def test_every_write_of_a_run_that_lost_its_lease_is_refused(
+    stack: amber.Stack, other: amber.Stack, new_app: AppMaker, name: Namer
+) -> None:
+    app, writer = _app(new_app, name)
+    aid = app.submit(stack, [writer])
+    record = stack.analyses.get(aid)
+    with stack.analyses.runner_lock(aid) as mine:
+        (agent,), _ = app.coordinator(stack).prepare_agents(record, mine.owner, token=mine.token)
+        agent.l1_cache.set("note", "written by A")
+        lapse(stack, aid)
+        with other.analyses.runner_lock(aid) as theirs:  # B takes the analysis over
+            assert theirs.prior == mine.owner and theirs.token > mine.token
+            (b_agent,), _ = app.coordinator(other).prepare_agents(
+                record, theirs.owner, token=theirs.token
+            )
+            mem = agent.l1_cache
+            with pytest.raises(Fenced):
+                mem.set("note", "A again")
+            with pytest.raises(Fenced):
+                mem.delete("note")
+            with pytest.raises(Fenced):
+                mem.expire("note", 60)
+            with pytest.raises(Fenced), mem.batch() as batch:
+                batch.set("other", "A")
+            with pytest.raises(Fenced):  # nor may its recovery restore over B's memory
+                apply_memory(stack.redis, stack.keys, agent.agent_id, {}, 0, 10_000, mine.token)
+            agent.complete("a", 1)
+            with pytest.raises(Fenced):
+                stack.checkpointer.save_checkpoint(agent, "a")
+            assert not stack.analyses.run_event(aid, "released", mine.owner)
+            co = app.coordinator(stack)
+            with pytest.raises(Fenced):
+                co.intents.begin(aid, agent.agent_id, agent.agent_type, "pay", "f", mine.owner)
+            with pytest.raises(Fenced):
+                co.reviews.open(
+                    aid, agent.agent_id, agent.agent_type, "ok", "check", {}, None, "reject",
+                    mine.owner,
+                )  # fmt: skip
+            with pytest.raises(Fenced):
+                stack.analyses.finish(aid, "completed", [], mine.owner, owner=mine.owner)
+            with pytest.raises(Fenced):
+                stack.analyses.transition(aid, "paused", ("running",), mine.owner)
+            # B's memory and the analysis are as B left them
+            assert b_agent.l1_cache.get("note") == b"written by A"
+            b_agent.l1_cache.set("note", "written by B")
+            assert stack.analyses.get(aid).status == "running"
+            assert stack.checkpointer.heads(aid) == {}
+            # B finishes the analysis: afterwards A can write nothing either
+            b_agent.complete("a", 1)
+            other.checkpointer.save_checkpoint(b_agent, "a")
+            other.analyses.finish(aid, "completed", [], theirs.owner, owner=theirs.owner)
+        with pytest.raises(Fenced):
+            agent.checkpoint_seq = 1
+            stack.checkpointer.save_checkpoint(agent, "b")
+        assert not stack.analyses.run_event(aid, "released", mine.owner)
+    kinds = [e["kind"] for e in stack.analyses.timeline(aid)]
+    assert kinds[-1] == "completed" and "released" not in kinds
+    assert stack.checkpointer.heads(aid).get(agent.agent_type, 0) <= 1
+
+
+def test_a_step_is_not_retried_after_the_run_lost_its_lease(
+    quick: amber.Stack, other: amber.Stack, new_app: AppMaker, name: Namer
+) -> None:
+    """The call fails while the run is frozen and another run takes over: the retry loop
+    asks whether the run still holds its lease, and stops instead of calling again."""
+    import time
+
+    app, calls = new_app(), Counter[str]()
+
+    def flaky() -> int:
+        calls["flaky"] += 1
+        if calls["flaky"] == 1:
+            lapse(quick, aid)
+            assert other.analyses.leases.claim(aid, "taker:1:x") is not None
+            time.sleep(0.8)  # "frozen" past the lease
+            raise TimeoutError("the client timed out while the process was frozen")
+        return 1
+
+    @app.agent(name=name("caller"), steps=["call"])
+    def caller(ctx: Any) -> int:
+        return int(ctx.step("call", flaky, retry=amber.Retry(attempts=3)))
+
+    aid = app.submit(quick, [caller])
+    (result,) = app.run(quick, aid).values()
+    assert calls["flaky"] == 1
+    assert result.status == "released"
+    assert quick.analyses.get(aid).status == "running"  # the other run continues it
+    assert "released" not in [e["kind"] for e in quick.analyses.timeline(aid)]
+
+
+def test_an_at_most_once_step_that_raises_is_never_called_again(
+    stack: amber.Stack, new_app: AppMaker, name: Namer
+) -> None:
+    app, calls = new_app(), Counter[str]()
+
+    def pay(amount: int) -> str:
+        calls["pay"] += 1
+        raise ConnectionResetError("the connection dropped after the request went out")
+
+    @app.agent(name=name("payer"), steps=["pay"])
+    def payer(ctx: Any) -> str:
+        return str(ctx.step("pay", pay, 10, at_most_once=True, retry=amber.Retry(attempts=5)))
+
+    aid = app.submit(stack, [payer])
+    (result,) = app.run(stack, aid).values()
+    assert calls["pay"] == 1
+    assert result.status == "failed" and "never retried" in (result.error or "")
+    assert stack.analyses.get(aid).status == "failed"
+
+
+def test_a_result_postgresql_cannot_hold_fails_the_analysis_once(
+    stack: amber.Stack, new_app: AppMaker, name: Namer
+) -> None:
+    app, calls = new_app(), Counter[str]()
+
+    def text() -> str:
+        calls["text"] += 1
+        return "a\x00b"
+
+    @app.agent(name=name("nul"), steps=["text"])
+    def nul(ctx: Any) -> str:
+        return str(ctx.step("text", text))
+
+    aid = app.submit(stack, [nul])
+    (result,) = app.run(stack, aid).values()
+    assert calls["text"] == 1
+    assert result.status == "failed" and "NUL" in (result.error or "")
+    assert stack.analyses.get(aid).status == "failed"
+    (kept,) = stack.analyses.results(aid)
+    assert "NUL" in kept["result"]["error"]
+    assert RESULT_KEY not in result.deliverables

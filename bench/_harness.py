@@ -34,8 +34,8 @@ import amber
 from amber.agents.base import BaseAgent
 from amber.engines.connect import redact
 from amber.engines.embedded import ensure_embedded, stop_embedded
-from amber.engines.stack import Stack
 from amber.memory.working import AgentMemory
+from amber.stack import Stack
 
 SEED = 20_261_122
 """Seed of every payload: two runs measure the same bytes."""

@@ -50,8 +50,8 @@ from _harness import Engines, engines, header, print_table, series, stats  # noq
 
 import amber  # noqa: E402
 from amber.agents.base import BaseAgent  # noqa: E402
-from amber.engines.stack import Stack  # noqa: E402
 from amber.redis_url import parse_redis_url  # noqa: E402
+from amber.stack import Stack  # noqa: E402
 
 MEMORY_KEYS = 10
 """Keys in each agent's working memory."""

@@ -66,7 +66,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.postgres import PostgresSaver
 
 import amber
-from amber.engines.stack import Stack
+from amber.stack import Stack
 
 MODES = ("checkpoint", "hybrid")
 """amber's durability modes, the one the goals are for first."""

@@ -224,7 +224,7 @@ def test_the_command_line_starts_without_the_engines() -> None:
     # `amber --help` starts fast because no command module imports a driver until it runs
     code = (
         "import sys, amber.cli; heavy = {'psycopg', 'redis', 'pydantic_settings', 'zstandard',"
-        " 'amber.engines.stack', 'amber.persistence', 'asyncio'} & set(sys.modules);"
+        " 'amber.stack', 'amber.persistence', 'asyncio'} & set(sys.modules);"
         " print(sorted(heavy))"
     )
     out = subprocess.run(

@@ -8,7 +8,7 @@ write-ahead log between them; pause for days and resume with zero duplicate work
         ...
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from amber.errors import (
     AmberError,
@@ -45,13 +45,14 @@ from amber.errors import (
     WalError,
     WrongType,
 )
+from amber.lazy import loader
 
 if TYPE_CHECKING:
     from amber.agents import AgentResult, BaseAgent, LeadCoordinator
     from amber.checkpoints import AgentCheckpointer, Checkpoint, checkpoint_migration
     from amber.config import Durability, Settings
-    from amber.engines.stack import Stack, connect
     from amber.runtime import App, Decision, Retry, Worker
+    from amber.stack import Stack, connect
 
 _WHERE = {
     **dict.fromkeys(
@@ -62,21 +63,13 @@ _WHERE = {
         ["AgentCheckpointer", "Checkpoint", "checkpoint_migration"], "amber.checkpoints"
     ),
     **dict.fromkeys(["Durability", "Settings"], "amber.config"),
-    **dict.fromkeys(["Stack", "connect"], "amber.engines.stack"),
+    **dict.fromkeys(["Stack", "connect"], "amber.stack"),
     **dict.fromkeys(["App", "Decision", "Retry", "Worker"], "amber.runtime"),
 }
 """Where each public name lives: imported on first use, so ``amber --help`` starts fast."""
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use (PEP 562)."""
-    import importlib
-
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'amber' has no attribute {name!r}")
+__getattr__ = loader("amber", _WHERE, globals())
 
 
 __version__ = "0.1.0"

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from amber import examples
 from amber.errors import AmberError
 from amber.examples import ANALYSTS, MarketDataClient
-from amber.pause import PauseManager, PauseReport, ResumeReport
+from amber.runtime.pause import PauseManager, PauseReport, ResumeReport
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
+    from amber.stack import Stack
 
 KOYFIN_FIRST = 15
 """Koyfin calls before the first pause: 10 for historical_roi, 5 of ma_review's 10."""

@@ -115,6 +115,15 @@ class Fenced(AmberError):
     having changed nothing (carries ``analysis_id`` and ``owner``, or ``agent_id``)."""
 
 
+def fenced(analysis_id: str, owner: str, what: str) -> Fenced:
+    """The error of a run's write refused because the run no longer holds the analysis."""
+    return Fenced(
+        f"run {owner} no longer holds analysis {analysis_id}: it may not {what}",
+        analysis_id=analysis_id,
+        owner=owner,
+    )
+
+
 class CheckpointConflict(AmberError):
     """A newer checkpoint of this agent exists: the writer continued from an older one
     and must not replace it (carries ``analysis_id``, ``agent_type``, ``seq``)."""

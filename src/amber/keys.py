@@ -11,7 +11,9 @@ share a slot and one MULTI/EXEC or Lua script can read or write them together.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import socket
 import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -366,3 +368,8 @@ def call_key(provider: str, endpoint: str, params: dict[str, Any]) -> str:
     """Canonical name of one external call: ``provider:endpoint:k=v,...`` (params sorted)."""
     args = ",".join(f"{k}={params[k]}" for k in sorted(params))
     return f"{provider}:{endpoint}:{args}"
+
+
+def runner_id() -> str:
+    """A new id for one run of an analysis: ``host:pid:token``."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

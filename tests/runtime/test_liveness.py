@@ -25,14 +25,17 @@ from tests.runtime import fleet, workapp
 from tests.runtime.fleet import Fleet, audit, starts, wait_until
 
 LEASE = 1.0
+STUCK = 30.0
+"""A stuck bound far above the step, so a machine starved of CPU cannot make it lapse."""
 BUSY = 2.5
 """Seconds the first step holds the GIL: two and a half leases, well inside the stuck
-bound (six leases by default)."""
+bound. (Before the stuck bound, a lease lapsed after one lease length of silence, and
+the idle worker took the analysis over while the step was still running.)"""
 
 
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Fleet]:
-    settings = {"worker_poll": "0.1", "lease_seconds": str(LEASE)}
+    settings = {"worker_poll": "0.1", "lease_seconds": str(LEASE), "stuck_seconds": str(STUCK)}
     f = Fleet(fleet.new_tag(), tmp_path / "workers", concurrency=2, settings=settings)
     try:
         yield f

@@ -1,6 +1,17 @@
-"""Agents: ``BaseAgent`` (ordered subtasks) and the coordinator that runs them."""
+"""Agents: ``BaseAgent`` (ordered subtasks); the runtime's coordinator runs them."""
+
+from typing import TYPE_CHECKING
 
 from amber.agents.base import ApiClient, BaseAgent
-from amber.agents.coordinator import AgentResult, LeadCoordinator
+from amber.lazy import loader
+
+if TYPE_CHECKING:
+    from amber.runtime.coordinator import AgentResult, LeadCoordinator
+
+_LATER = dict.fromkeys(["AgentResult", "LeadCoordinator"], "amber.runtime.coordinator")
+"""Names of the runtime, kept importable from here."""
 
 __all__ = ["AgentResult", "ApiClient", "BaseAgent", "LeadCoordinator"]
+
+
+__getattr__ = loader(__name__, _LATER, globals())

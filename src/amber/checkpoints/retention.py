@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import redis
 from psycopg_pool import ConnectionPool
 
-from amber.checkpoints.analyses import Analyses
 from amber.checkpoints.model import now
 from amber.config import Settings
 from amber.keys import Keys, check_uuid
 from amber.schema import sql
+
+if TYPE_CHECKING:
+    from amber.runtime.analyses import Analyses
 
 
 @dataclass

@@ -14,8 +14,6 @@ snapshot goes into the same PostgreSQL row.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,7 +25,6 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
-from amber.checkpoints.analyses import fenced
 from amber.checkpoints.model import Checkpoint, decode_doc, now, seal, unseal
 from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
@@ -39,6 +36,7 @@ from amber.errors import (
     InvalidValue,
     MemoryLost,
     StoreUnavailable,
+    fenced,
 )
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
@@ -67,11 +65,6 @@ sequence either way."""
 
 PG_FALLBACK_ROWS = 3
 """PostgreSQL rows tried, newest first, when the newest fails its checksum."""
-
-
-def runner_id() -> str:
-    """A new id for one run of an analysis: ``host:pid:token``."""
-    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Checkpointable(Protocol):

@@ -19,8 +19,8 @@ from amber.schema.sql import STATUSES
 
 if TYPE_CHECKING:
     from amber.agents.base import BaseAgent
-    from amber.checkpoints.analyses import AnalysisRecord
-    from amber.engines.stack import Stack
+    from amber.runtime.analyses import AnalysisRecord
+    from amber.stack import Stack
 
 analyses_app = typer.Typer(help="Inspect analyses.", no_args_is_help=True)
 app.add_typer(analyses_app, name="analyses")
@@ -154,7 +154,7 @@ def resume(
 ) -> None:
     """Resume a paused analysis, or take over a running one no live run holds (a dead
     runner's, or a queued one): recover each agent's memory, then continue here."""
-    from amber.pause import PauseManager
+    from amber.runtime.pause import PauseManager
 
     uuid_prefix(analysis_id, "analysis_id")
     check_reason(by, "by")

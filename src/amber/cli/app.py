@@ -20,7 +20,7 @@ from rich.text import Text
 from amber.errors import AmberError
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
+    from amber.stack import Stack
 
 app = typer.Typer(
     name="amber",
@@ -74,7 +74,7 @@ class Options:
     @contextmanager
     def stack(self) -> Iterator[Stack]:
         """Open amber with these options."""
-        from amber.engines.stack import connect
+        from amber.stack import connect
 
         with connect(self.redis_url, self.database_url, self.data_dir, self.prefix) as stack:
             yield stack

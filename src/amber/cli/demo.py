@@ -14,14 +14,14 @@ from amber.cli.app import OPTIONS, app, console, friendly
 from amber.cli.output import print_json, progress
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
+    from amber.stack import Stack
 
 
 @contextlib.contextmanager
 def _demo_stack(stop: bool) -> Iterator[tuple[Stack, Any]]:
     from amber.config import load_settings
     from amber.engines.embedded import EmbeddedRedis, stop_embedded
-    from amber.engines.stack import connect
+    from amber.stack import connect
 
     cfg = load_settings(
         redis_url=OPTIONS.redis_url,

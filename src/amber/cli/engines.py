@@ -13,7 +13,7 @@ from amber.cli.output import JsonFlag, print_json
 from amber.schema.sql import STATUSES
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
+    from amber.stack import Stack
 
 
 def _data_dir() -> Path:

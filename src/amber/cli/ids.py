@@ -23,7 +23,7 @@ from amber.errors import (
 from amber.keys import check_id, check_uuid
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
+    from amber.stack import Stack
 
 MIN_PREFIX = 4
 """Fewest characters of a prefix (hex digits, for a UUID)."""

@@ -24,8 +24,8 @@ from amber.errors import InvalidValue
 from amber.keys import check_reason
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
     from amber.runtime.app import App
+    from amber.stack import Stack
 
 DEFAULT_APP = "amber.examples:app"
 

@@ -74,12 +74,20 @@ def sha1(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()
 
 
-def idempotent_scripts() -> frozenset[str]:
-    """Hashes of amber's scripts that read only or write under a sequence guard."""
-    from amber.memory import scripts as mem
+IDEMPOTENT_SCRIPTS: set[str] = set()
+"""Hashes of the scripts that read only, or write under a sequence guard: sent twice, they
+act once. The modules that define such scripts register them (``register_idempotent``),
+so this layer imports none of them."""
 
-    names = ("READ", "READ_ONE", "READ_CHANGES", "CACHE", "WRITE_SEALED")
-    return frozenset(sha1(getattr(mem, n)) for n in names if isinstance(getattr(mem, n, None), str))
+
+def register_idempotent(*scripts: str) -> None:
+    """Declare Lua ``scripts`` safe to send again after a failure that may have run them."""
+    IDEMPOTENT_SCRIPTS.update(sha1(s) for s in scripts)
+
+
+def idempotent_scripts() -> frozenset[str]:
+    """Hashes of the scripts registered as idempotent so far."""
+    return frozenset(IDEMPOTENT_SCRIPTS)
 
 
 def _not_run(exc: BaseException) -> bool:
@@ -100,7 +108,8 @@ class Policy:
 
     def __init__(self, budget: float, scripts: Iterable[str] = ()) -> None:
         self.budget = budget
-        self.scripts = frozenset(scripts) | idempotent_scripts()
+        self.scripts = frozenset(scripts)
+        """Scripts this policy treats as idempotent beyond the registered ones."""
         self.retried: deque[tuple[float, str, str]] = deque(maxlen=10_000)
         """The latest retries: (``time.time()``, command, error), for reports and tests."""
 
@@ -108,7 +117,7 @@ class Policy:
         """Whether sending ``args`` twice has the effect of sending it once."""
         name = str(args[0]).upper() if args else ""
         if name in ("EVALSHA", "EVALSHA_RO") and len(args) > 1:
-            return str(args[1]) in self.scripts
+            return str(args[1]) in self.scripts or str(args[1]) in IDEMPOTENT_SCRIPTS
         if name in ("SCRIPT", "CLUSTER") and len(args) > 1:
             name = f"{name} {str(args[1]).upper()}"
         return name in IDEMPOTENT

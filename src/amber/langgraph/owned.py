@@ -6,7 +6,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from amber.engines.stack import Stack, connect
+from amber.stack import Stack, connect
 
 T = TypeVar("T", bound="OwnsStack")
 

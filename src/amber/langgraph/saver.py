@@ -22,11 +22,11 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from amber.engines.stack import Stack
 from amber.langgraph.core import CACHE_BYTES, SaverCore
 from amber.langgraph.owned import OwnsStack, on_own_stack
 from amber.langgraph.retention import GcReport, Retention
 from amber.langgraph.serde import AllowedType, StrictSerializer
+from amber.stack import Stack
 
 
 class AmberSaver(OwnsStack, BaseCheckpointSaver[str]):

@@ -38,11 +38,11 @@ from langgraph.store.base import (
 )
 
 from amber import codec
-from amber.engines.stack import Stack
 from amber.errors import AmberError, InvalidIdentifier, InvalidValue, StoreUnavailable
 from amber.langgraph import sql as lsql
 from amber.langgraph.owned import OwnsStack, on_own_stack
 from amber.memory.snapshot import write_sealed
+from amber.stack import Stack
 
 log = logging.getLogger("amber.langgraph")
 

@@ -20,6 +20,8 @@ in the script that would make it: a run that lost its lease changes nothing.
 
 from __future__ import annotations
 
+from amber.engines.retry import register_idempotent
+
 LOST = "AMBER_LOST"
 """Error reply prefix when the epoch is not the one the caller holds."""
 
@@ -543,3 +545,6 @@ redis.call('PEXPIRE', KEYS[4], ttl)
 return {results, seq, epoch}
 """
 )
+
+
+register_idempotent(READ, READ_ONE, READ_CHANGES, CACHE, WRITE_SEALED)

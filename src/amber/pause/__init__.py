@@ -1,5 +1,15 @@
-"""Pause and resume whole analyses across days."""
+"""Pause and resume whole analyses across days (the runtime's ``amber.runtime.pause``)."""
 
-from amber.pause.manager import PauseManager, PauseReport, ResumeReport
+from typing import TYPE_CHECKING
+
+from amber.lazy import loader
+
+if TYPE_CHECKING:
+    from amber.runtime.pause import PauseManager, PauseReport, ResumeReport
+
+_LATER = dict.fromkeys(["PauseManager", "PauseReport", "ResumeReport"], "amber.runtime.pause")
 
 __all__ = ["PauseManager", "PauseReport", "ResumeReport"]
+
+
+__getattr__ = loader(__name__, _LATER, globals())

@@ -11,10 +11,21 @@ with amber.connect() as stack:
     app.run(stack, analysis_id)          # or: amber worker --app mymodule:app
 """
 
-from amber.runtime.app import App, FunctionAgent, load_app
+from typing import TYPE_CHECKING
+
+from amber.lazy import loader
 from amber.runtime.reviews import Decision, Review, Reviews
 from amber.runtime.steps import Intent, Retry, StepIntents
-from amber.runtime.worker import Worker, WorkerStats
+
+if TYPE_CHECKING:
+    from amber.runtime.app import App, FunctionAgent, load_app
+    from amber.runtime.worker import Worker, WorkerStats
+
+_LATER = {
+    **dict.fromkeys(["App", "FunctionAgent", "load_app"], "amber.runtime.app"),
+    **dict.fromkeys(["Worker", "WorkerStats"], "amber.runtime.worker"),
+}
+"""The app shell, above the engine: loaded on first use."""
 
 __all__ = [
     "App",
@@ -29,3 +40,6 @@ __all__ = [
     "WorkerStats",
     "load_app",
 ]
+
+
+__getattr__ = loader(__name__, _LATER, globals())

@@ -38,11 +38,11 @@ from amber.keys import check_id, check_reason, check_ticker, check_version
 from amber.memory.working import AgentMemory
 
 if TYPE_CHECKING:
-    from amber.agents.coordinator import AgentResult, LeadCoordinator
-    from amber.engines.stack import Stack
-    from amber.pause import ResumeReport
+    from amber.runtime.coordinator import AgentResult, LeadCoordinator
+    from amber.runtime.pause import ResumeReport
     from amber.runtime.steps import Retry
     from amber.runtime.worker import Worker
+    from amber.stack import Stack
 
 RESULT_KEY = "amber:result"
 """The step that records a function agent's return value."""
@@ -315,7 +315,7 @@ class App:
         market: ApiClient | None = None,
     ) -> ResumeReport:
         """Resume a paused analysis (or take over one no live run holds) and run it here."""
-        from amber.pause import PauseManager
+        from amber.runtime.pause import PauseManager
 
         coordinator = self.coordinator(stack, market)
         return PauseManager(stack.analyses, coordinator).resume(analysis_id, by)

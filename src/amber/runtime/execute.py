@@ -49,8 +49,8 @@ from amber.runtime.steps import (
 )
 
 if TYPE_CHECKING:
-    from amber.checkpoints.leases import Leases
     from amber.checkpoints.store import AgentCheckpointer
+    from amber.runtime.leases import Leases
 
 log = logging.getLogger("amber.steps")
 

@@ -20,8 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from amber import codec, defaults, observe
-from amber.checkpoints.analyses import fenced
-from amber.errors import InvalidValue, ReviewAlreadyDecided, ReviewNotFound
+from amber.errors import InvalidValue, ReviewAlreadyDecided, ReviewNotFound, fenced
 from amber.keys import check_id, check_reason, check_text, check_uuid
 from amber.runtime import sql
 from amber.schema import sql as core_sql

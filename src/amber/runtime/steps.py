@@ -21,8 +21,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from amber import codec, defaults
-from amber.checkpoints.analyses import fenced
-from amber.errors import AnalysisStateError, InvalidValue, NotFound
+from amber.errors import AnalysisStateError, InvalidValue, NotFound, fenced
 from amber.keys import check_reason, check_uuid
 from amber.runtime import sql
 from amber.schema import sql as core_sql

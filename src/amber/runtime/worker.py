@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from amber.checkpoints.leases import Claim
-from amber.checkpoints.store import runner_id
 from amber.errors import (
     AmberError,
     AnalysisStateError,
@@ -35,10 +33,12 @@ from amber.errors import (
     UnknownAgent,
     VersionTooNew,
 )
+from amber.keys import runner_id
+from amber.runtime.leases import Claim
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
     from amber.runtime.app import App
+    from amber.stack import Stack
 
 log = logging.getLogger("amber.worker")
 

@@ -15,13 +15,13 @@ from pydantic import BaseModel, Field
 
 from amber.errors import InvalidValue, NotSupported
 from amber.keys import check_reason, check_uuid
-from amber.pause import PauseManager
+from amber.runtime.pause import PauseManager
 from amber.web import views
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
     from amber.persistence import SyncPersistenceManager
     from amber.runtime.app import App
+    from amber.stack import Stack
 
 STATUSES = ("running", "paused", "completed", "failed", "expired")
 PAGE_MAX = 500

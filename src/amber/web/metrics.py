@@ -22,7 +22,7 @@ from amber import observe
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from amber.engines.stack import Stack
+    from amber.stack import Stack
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)

@@ -31,9 +31,9 @@ from amber.web.auth import COOKIE, SAFE_METHODS, Guard
 from amber.web.metrics import CONTENT_TYPE, Metrics
 
 if TYPE_CHECKING:
-    from amber.engines.stack import Stack
     from amber.runtime.app import App
     from amber.runtime.worker import Worker
+    from amber.stack import Stack
 
 STATIC = resources.files("amber.web") / "static"
 SECURITY_HEADERS = {

@@ -8,8 +8,8 @@ from amber import defaults
 from amber.runtime.app import RESULT_KEY as RESULT_STEP
 
 if TYPE_CHECKING:
-    from amber.checkpoints.analyses import AnalysisRecord
-    from amber.engines.stack import Stack
+    from amber.runtime.analyses import AnalysisRecord
+    from amber.stack import Stack
 
 
 def _progress(

@@ -161,3 +161,13 @@ def test_an_integration_loads_only_what_it_uses(module: str, never: tuple[str, .
     ).stdout.split()
     loaded = sorted(m for m in out if m.split(".")[1] in never)
     assert loaded == []
+
+
+def test_no_file_is_over_500_lines() -> None:
+    """A file has one job; past 500 lines it has grown a second one."""
+    long = {
+        str(p.relative_to(SRC)): n
+        for p in ROOT.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert long == {}

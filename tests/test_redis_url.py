@@ -10,7 +10,7 @@ import amber
 from amber.config import load_settings
 from amber.engines.retry import Policy, sha1
 from amber.errors import ConfigError
-from amber.memory import scripts
+from amber.memory import scripts, write_scripts
 from amber.redis_url import parse_redis_url
 
 
@@ -64,7 +64,7 @@ def test_retry_policy_sends_again_only_what_cannot_apply_twice() -> None:
     assert policy.idempotent(("SCRIPT", "LOAD", "return 1"))
     assert policy.idempotent(("EVALSHA", sha1(scripts.READ), 1, "k"))
     assert policy.idempotent(("EVALSHA", sha1(scripts.CACHE), 4, "a", "b", "c", "d"))
-    assert not policy.idempotent(("EVALSHA", sha1(scripts.WRITE), 1, "k"))
+    assert not policy.idempotent(("EVALSHA", sha1(write_scripts.WRITE), 1, "k"))
     assert not policy.idempotent(("INCR", "k"))
     assert not policy.idempotent(("LPUSH", "k", "v"))
 

@@ -6,9 +6,10 @@ from amber.agents.base import ApiClient, BaseAgent
 from amber.lazy import loader
 
 if TYPE_CHECKING:
-    from amber.runtime.coordinator import AgentResult, LeadCoordinator
+    from amber.runtime.coordinator import LeadCoordinator
+    from amber.runtime.results import AgentResult
 
-_LATER = dict.fromkeys(["AgentResult", "LeadCoordinator"], "amber.runtime.coordinator")
+_LATER = {"AgentResult": "amber.runtime.results", "LeadCoordinator": "amber.runtime.coordinator"}
 """Names of the runtime, kept importable from here."""
 
 __all__ = ["AgentResult", "ApiClient", "BaseAgent", "LeadCoordinator"]

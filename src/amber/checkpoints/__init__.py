@@ -3,8 +3,9 @@
 from typing import TYPE_CHECKING
 
 from amber.checkpoints.model import Checkpoint
+from amber.checkpoints.reads import RestoredCheckpoint
 from amber.checkpoints.retention import GcReport, Retention
-from amber.checkpoints.store import AgentCheckpointer, RestoredCheckpoint
+from amber.checkpoints.store import AgentCheckpointer
 from amber.checkpoints.versions import CheckpointMigrations, checkpoint_migration
 from amber.lazy import loader
 

@@ -16,23 +16,20 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import psycopg
 import redis
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
-from amber.checkpoints.model import Checkpoint, decode_doc, now, seal, unseal
+from amber.checkpoints.model import Checkpoint, now, seal
+from amber.checkpoints.reads import CheckpointReads
 from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
 from amber.errors import (
-    AmberError,
     CheckpointConflict,
-    CheckpointCorrupt,
-    CheckpointNotFound,
     InvalidValue,
     MemoryLost,
     StoreUnavailable,
@@ -42,7 +39,7 @@ from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
 from amber.memory.journal import L1Journal
 from amber.memory.recovery import MemoryMark
-from amber.memory.restore import PG_SNAPSHOTS_TRIED, fold_chain
+from amber.memory.restore import PG_SNAPSHOTS_TRIED
 from amber.memory.snapshot import (
     MAX_CHAIN,
     L1CacheSnapshotter,
@@ -50,7 +47,6 @@ from amber.memory.snapshot import (
     Snapshot,
     SnapshotMeta,
     Stored,
-    elapsed_ms,
 )
 from amber.memory.working import AgentMemory, redis_errors
 from amber.schema import sql
@@ -62,9 +58,6 @@ QUIET_MAX_BYTES = 8 * 1024
 leaves out of Redis: restore reads a row this small from PostgreSQL as fast as from
 Redis (docs/cluster.md: 0.19 ms against 0.25 ms), and asks PostgreSQL for the newest
 sequence either way."""
-
-PG_FALLBACK_ROWS = 3
-"""PostgreSQL rows tried, newest first, when the newest fails its checksum."""
 
 
 class Checkpointable(Protocol):
@@ -112,24 +105,9 @@ class L1Row:
     """Deltas since the last whole snapshot, this one included."""
 
 
-@dataclass(frozen=True)
-class RestoredCheckpoint:
-    """A restored checkpoint, where it came from and how long it took."""
-
-    checkpoint: Checkpoint
-    source: str
-    """``redis_backup`` (proved current by PostgreSQL) or ``postgresql``."""
-    ms: float
-    skipped: list[str] = field(default_factory=list)
-    """Tiers tried before and why they were not trusted."""
-    migrated_from: list[str] = field(default_factory=list)
-    head_seq: int = 0
-    """The newest sequence in PostgreSQL: the next checkpoint is ``head_seq + 1`` (it may
-    be above ``checkpoint.seq`` when newer rows failed their checksum)."""
-
-
-class AgentCheckpointer:
-    """Saves and restores agent checkpoints (DD-011) with their L1 snapshots (DD-016)."""
+class AgentCheckpointer(CheckpointReads):
+    """Saves and restores agent checkpoints (DD-011) with their L1 snapshots (DD-016);
+    the restores and read-only queries are ``CheckpointReads``'."""
 
     def __init__(
         self,
@@ -426,128 +404,6 @@ class AgentCheckpointer:
                 agent_id=cp.agent_id,
             ) from None
 
-    def heads(self, analysis_id: object) -> dict[str, int]:
-        """Each agent type's newest checkpoint sequence in the analysis (absent: none)."""
-        with self.pg.connection() as conn:
-            rows = conn.execute(sql.HEADS, (check_uuid(analysis_id),)).fetchall()
-        return {str(t): int(seq) for t, seq in rows}
-
-    @observe.traced("amber.checkpoint.restore")
-    def restore_checkpoint(
-        self,
-        analysis_id: object,
-        agent_type: str,
-        version: str | None = None,
-        agent_id: str | None = None,
-    ) -> RestoredCheckpoint:
-        """The newest checkpoint PostgreSQL has committed.
-
-        With ``agent_id`` the Redis backup is read first and used when it names the
-        newest committed sequence, saving the state's transfer; PostgreSQL is asked in
-        every case (one round trip). A newest row that fails its checksum falls back
-        to the next older sound one. With ``version`` (the agent code's), older records
-        are migrated and newer ones refused with ``VersionTooNew``. Raises
-        ``CheckpointNotFound`` if there is none.
-        """
-        t0 = time.perf_counter()
-        aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
-        skipped: list[str] = []
-        backup: tuple[int, dict[str, Any]] | None = None
-        if agent_id is not None:
-            backup = self._read_backup(check_id(agent_id, "agent_id"), skipped)
-        with self.pg.connection() as conn:
-            row = conn.execute(
-                sql.NEWEST_CHECKPOINT, (backup[0] if backup else -1, aid, atype)
-            ).fetchone()
-        if row is None:
-            raise CheckpointNotFound(
-                "no checkpoint for this agent", analysis_id=aid, agent_type=atype
-            )
-        head, cid, state, digest, size = row
-        doc: dict[str, Any] | None = None
-        source = "redis_backup"
-        if backup is not None and state is None and backup[1].get("checkpoint_id") == str(cid):
-            doc = backup[1]
-        else:
-            if backup is not None:
-                skipped.append(f"redis_backup: at sequence {backup[0]}, PostgreSQL at {head}")
-            source = "postgresql"
-            doc = self._verified((head, cid, state, digest, size), skipped) if state else None
-            if doc is None:
-                doc = self._older_row(aid, atype, int(head) + (0 if state else 1), skipped)
-        doc.setdefault("seq", int(head))
-        migrated: list[str] = []
-        if version is not None:
-            doc, migrated = self.migrations.upgrade(doc, version)
-        observe.emit(observe.CHECKPOINT_RESTORE, time.perf_counter() - t0, mode=self.mode)
-        return RestoredCheckpoint(
-            Checkpoint.from_doc(doc), source, elapsed_ms(t0), skipped, migrated, int(head)
-        )
-
-    def with_memory(
-        self, analysis_id: object, agent_type: str, memory_hash: str, at_most: int, version: str
-    ) -> Checkpoint | None:
-        """The newest checkpoint up to sequence ``at_most`` that was taken with the memory
-        ``memory_hash`` and passes its checksum (migrated to ``version``); None if none was."""
-        aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
-        with self.pg.connection() as conn:
-            rows = conn.execute(
-                sql.CHECKPOINTS_WITH_MEMORY, (aid, atype, at_most, memory_hash, PG_FALLBACK_ROWS)
-            ).fetchall()
-        skipped: list[str] = []
-        for row in rows:
-            if (doc := self._verified(row, skipped)) is not None:
-                doc, _ = self.migrations.upgrade(doc, version)
-                return Checkpoint.from_doc(doc)
-        return None
-
-    def _read_backup(self, agent_id: str, skipped: list[str]) -> tuple[int, dict[str, Any]] | None:
-        try:
-            with redis_errors(agent_id):
-                blob = self.redis.get(self.keys.checkpoint(agent_id))
-            if blob is None:
-                skipped.append("redis_backup: missing")
-                return None
-            seq, doc = unseal(cast(bytes, blob))
-        except StoreUnavailable as exc:
-            skipped.append(f"redis_backup: {exc}")
-            return None
-        except AmberError as exc:  # corrupt, or a key of another type
-            log.warning("checkpoint backup of %s not trusted: %s", agent_id, exc)
-            skipped.append(f"redis_backup: {exc}")
-            return None
-        if doc.get("seq") != seq:
-            skipped.append("redis_backup: its header and record name different sequences")
-            return None
-        return seq, doc
-
-    def _older_row(self, aid: str, atype: str, below: int, skipped: list[str]) -> dict[str, Any]:
-        """The newest row below sequence ``below`` that passes its checksum."""
-        with self.pg.connection() as conn:
-            rows = conn.execute(
-                sql.OLDER_CHECKPOINTS, (aid, atype, below, PG_FALLBACK_ROWS)
-            ).fetchall()
-        for row in rows:
-            if (doc := self._verified(row, skipped)) is not None:
-                return doc
-        raise CheckpointCorrupt(
-            "no checkpoint passed its checksum: " + "; ".join(skipped),
-            analysis_id=aid,
-            agent_type=atype,
-        )
-
-    @staticmethod
-    def _verified(row: tuple[Any, ...], skipped: list[str]) -> dict[str, Any] | None:
-        seq, cid, state, digest, size = row
-        try:
-            doc = decode_doc(codec.unpack(state, size), digest)
-        except (CheckpointCorrupt, codec.CodecError) as exc:
-            log.error("checkpoint %s in PostgreSQL is corrupt: %s", cid, exc)
-            skipped.append(f"postgresql {cid}: {exc}")
-            return None
-        doc["seq"] = int(seq)
-        return doc
-
     def _compact_log(self, cp: Checkpoint) -> None:
         """Let the agent's L1 log drop what no snapshot restore can need any more."""
         assert self.journal is not None
@@ -556,69 +412,3 @@ class AgentCheckpointer:
                 sql.SNAPSHOT_SEQS, (cp.analysis_id, cp.agent_type, PG_SNAPSHOTS_TRIED)
             ).fetchall()
         self.journal.compact(cp.agent_id, [int(r[0] or 0) for r in rows])
-
-    def get(self, checkpoint_id: object) -> Checkpoint:
-        """One checkpoint by id, from PostgreSQL, checksum verified."""
-        cid = check_uuid(checkpoint_id, "checkpoint_id")
-        with self.pg.connection() as conn:
-            row = conn.execute(sql.CHECKPOINT_BY_ID, (cid,)).fetchone()
-        if row is None:
-            raise CheckpointNotFound("no checkpoint with this id", checkpoint_id=cid)
-        state, digest, size, seq = row
-        try:
-            doc = decode_doc(codec.unpack(state, size), digest)
-        except codec.CodecError as exc:
-            raise CheckpointCorrupt(f"checkpoint {exc}", checkpoint_id=cid) from None
-        return Checkpoint.from_doc({**doc, "seq": seq})
-
-    def snapshot_of(self, checkpoint_id: object) -> dict[str, codec.Entry] | None:
-        """The L1 snapshot stored with a checkpoint (rebuilt from its chain of deltas, each
-        row's hash checked), or None if it has none."""
-        cid = check_uuid(checkpoint_id, "checkpoint_id")
-        with self.pg.connection() as conn:
-            row = conn.execute(sql.SNAPSHOT_BY_CHECKPOINT_ID, (cid,)).fetchone()
-            if row is None:
-                raise CheckpointNotFound("no checkpoint with this id", checkpoint_id=cid)
-            aid, atype, seq, stored = row
-            if not stored:
-                return None
-            rows = conn.execute(
-                sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": int(seq) + 1}
-            ).fetchall()
-        chain, error = fold_chain(rows)
-        if error or not chain or rows[len(chain) - 1][0] != seq:
-            raise CheckpointCorrupt(
-                f"snapshot: {error or 'its chain is incomplete'}", checkpoint_id=cid
-            )
-        return chain.loaded(-1).memory
-
-    def ids_like(self, prefix: str, limit: int = 5) -> list[str]:
-        """Checkpoint ids that start with ``prefix``, at most ``limit``."""
-        with self.pg.connection() as conn:
-            rows = conn.execute(sql.CHECKPOINT_IDS_LIKE, (sql.like_prefix(prefix), limit))
-            return [str(r[0]) for r in rows.fetchall()]
-
-    def summaries(
-        self, analysis_id: object | None = None, limit: int = 100
-    ) -> list[dict[str, Any]]:
-        """Summary rows (newest first), optionally of one analysis."""
-        where, params = (
-            ("WHERE analysis_id = %s", [check_uuid(analysis_id)]) if analysis_id else ("", [])
-        )
-        query = sql.CHECKPOINT_SUMMARIES.format(where=where)
-        with self.pg.connection() as conn:
-            return conn.cursor(row_factory=dict_row).execute(query, (*params, limit)).fetchall()
-
-    def latest(self, analysis_id: object) -> dict[str, dict[str, Any]]:
-        """Each agent type's newest checkpoint of an analysis, by agent type: the summary
-        row of ``summaries`` plus ``steps``, the subtasks it had done. One statement, so
-        it is never half before and half after a change."""
-        aid = check_uuid(analysis_id)
-        with self.pg.connection() as conn:
-            rows = conn.cursor(row_factory=dict_row).execute(sql.LATEST_CHECKPOINTS, (aid,))
-            return {str(r["agent_type"]): r for r in rows.fetchall()}
-
-    def extend_backup_ttl(self, agent_id: str, seconds: int) -> None:
-        """Set the Redis backup's TTL (a pause keeps it as long as the pause may last)."""
-        with redis_errors(agent_id):
-            self.redis.expire(self.keys.checkpoint(agent_id), seconds)

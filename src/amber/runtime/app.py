@@ -38,8 +38,9 @@ from amber.keys import check_id, check_reason, check_ticker, check_version
 from amber.memory.working import AgentMemory
 
 if TYPE_CHECKING:
-    from amber.runtime.coordinator import AgentResult, LeadCoordinator
+    from amber.runtime.coordinator import LeadCoordinator
     from amber.runtime.pause import ResumeReport
+    from amber.runtime.results import AgentResult
     from amber.runtime.steps import Retry
     from amber.runtime.worker import Worker
     from amber.stack import Stack

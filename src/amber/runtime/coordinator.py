@@ -11,15 +11,13 @@ Agents of one analysis run concurrently (``agent_concurrency``), each one's step
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from amber import observe
 from amber.agents.base import ApiClient, BaseAgent, ClassRegistry, current_agent
@@ -30,24 +28,22 @@ from amber.errors import (
     AmberError,
     AnalysisStateError,
     AwaitingReview,
-    CheckpointNotFound,
-    CodeChanged,
     InvalidValue,
     MemoryLost,
     MemoryRollbackRefused,
     QuotaExceeded,
     StepFailed,
     StepInDoubt,
-    UnknownAgent,
-    fenced,
 )
 from amber.keys import check_ticker, check_uuid, runner_id
-from amber.memory.recovery import DualRecoveryStrategy, RecoveryReport
+from amber.memory.recovery import DualRecoveryStrategy
 from amber.memory.ttl import L1TTLManager
 from amber.memory.working import AgentMemory
-from amber.runtime.analyses import Analyses, AnalysisRecord
+from amber.runtime.analyses import Analyses
 from amber.runtime.execute import STORAGE_ERRORS, RunControl, RunStopped, StepExecutor
 from amber.runtime.leases import Claim
+from amber.runtime.preparing import AgentPreparer, Registry
+from amber.runtime.results import AgentResult, Stop
 from amber.runtime.reviews import Reviews
 from amber.runtime.steps import Retry, StepIntents
 
@@ -63,54 +59,11 @@ PAUSING = ("quota_exhausted", "step_in_doubt", "memory_lost")
 """Agent outcomes that pause the analysis, with that reason."""
 
 
-class Registry(Protocol):
-    """Where agent names stored with an analysis are resolved (an ``amber.App``)."""
-
-    def resolve(self, name: str) -> type[BaseAgent]:
-        """The agent class registered as ``name``; ``UnknownAgent`` if none."""
-        ...
-
-    def names(self) -> list[str]:
-        """Every registered name."""
-        ...
-
-
-@dataclass
-class AgentResult:
-    """How one agent's run ended."""
-
-    agent_type: str
-    agent_id: str
-    status: str
-    """``completed``, ``failed``, ``quota_exhausted``, ``awaiting_review``,
-    ``step_in_doubt``; or, stopped before its next step: ``paused`` (from elsewhere),
-    ``stopped`` (another agent stopped the analysis), ``released`` (lease given up)."""
-    completed: list[str]
-    total: int
-    retry_count: int
-    deliverables: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-    @property
-    def progress(self) -> str:
-        """'3 of 5 subtasks'."""
-        return f"{len(self.completed)} of {self.total} subtasks"
-
-
-@dataclass
-class Stop:
-    """Why an agent stopped before finishing: what its pause checkpoint records."""
-
-    status: str
-    error: str | None = None
-    details: dict[str, Any] | None = None
-
-
 OnAgent = Callable[[BaseAgent], None]
 OnSubtask = Callable[[BaseAgent, str], None]
 
 
-class LeadCoordinator:
+class LeadCoordinator(AgentPreparer):
     """Starts analyses, runs their agents, continues them from their checkpoints.
 
     ``market`` is shared by every agent it builds, so its ledger counts all calls.
@@ -185,142 +138,6 @@ class LeadCoordinator:
         twin.on_progress = twin.on_subtask_start = None
         twin._lock = threading.Lock()
         return twin
-
-    # -- building agents ----------------------------------------------------------------
-    def prepare_agents(
-        self,
-        record: AnalysisRecord,
-        runner: str | None = None,
-        code: bool = True,
-        heads: dict[str, int] | None = None,
-        token: int | None = None,
-    ) -> tuple[list[BaseAgent], dict[str, RecoveryReport]]:
-        """The analysis's agents, each with its working memory recovered (and guarded)
-        and continued from the newest committed checkpoint.
-
-        Call it holding the analysis's lease (``runner`` is its owner). Raises
-        ``UnknownAgent`` for a name the registry lacks and ``CodeChanged`` when an
-        agent's declared steps differ from those the analysis started with; nothing is
-        changed then. With ``code=False`` (to freeze, not to run) an agent the registry
-        lacks is stood in for by its stored state alone. ``heads``: each agent type's
-        newest checkpoint sequence, read under the same lease (else read here).
-        ``token``: the lease's fencing token; each memory is taken over with it, and
-        every write to it carries it.
-        """
-        runner = runner or runner_id()
-        classes = [self._class(e, code) for e in record.agents]
-        for entry, cls in zip(record.agents, classes, strict=True):
-            if code:
-                _check_code(record.analysis_id, entry, cls)
-        agents: list[BaseAgent] = []
-        reports: dict[str, RecoveryReport] = {}
-        if heads is None:
-            heads = self.checkpointer.heads(record.analysis_id)
-        for entry, cls in zip(record.agents, classes, strict=True):
-            memory = self.memory(entry["agent_id"])
-            memory.fence(token)
-            agent = cls(
-                record.analysis_id, record.stock_ticker, memory, self.market, entry.get("config")
-            )
-            agent.runner = runner
-            agent.input = dict(record.input or {})
-            fresh = cls.agent_type not in heads  # never checkpointed: no snapshot anywhere
-            if not fresh:
-                try:
-                    restored = self.checkpointer.restore_checkpoint(
-                        record.analysis_id, cls.agent_type, cls.version, agent.agent_id
-                    )
-                    agent.apply_checkpoint(restored.checkpoint, restored.head_seq)
-                    if code:
-                        _check_subtasks(record.analysis_id, agent)
-                except CheckpointNotFound:
-                    fresh = True
-            # the memory recovered is the checkpoint's, or the agent rolls back to one
-            # whose memory could be rebuilt and says so
-            reports[agent.agent_type] = self._recover(agent, fresh)
-            agents.append(agent)
-        return agents, reports
-
-    def _class(self, entry: dict[str, Any], code: bool) -> type[BaseAgent]:
-        try:
-            return self.registry.resolve(entry["agent_type"])
-        except UnknownAgent:
-            if code:
-                raise
-            name = entry["agent_type"]
-            attrs = {"agent_type": name, "version": entry.get("version", "1.0"), "dynamic": True}
-            return type(f"StandIn[{name}]", (BaseAgent,), attrs)
-
-    def _recover(self, agent: BaseAgent, fresh: bool = False) -> RecoveryReport:
-        """Recover the agent's working memory as of the checkpoint it continues from; where
-        only an older memory can be rebuilt, roll the agent back to the newest checkpoint
-        taken with that memory (or pause, per ``on_memory_lost``)."""
-        want = None if fresh else agent.checkpoint_l1
-        report = self.recovery.recover_agent_state(
-            agent.agent_id, agent.analysis_id, agent.agent_type, fresh, want, agent.l1_cache.token
-        )
-        if not report.current:
-            report = self._roll_back(agent, report)
-        agent.l1_cache.guard(report.epoch)
-        return report
-
-    def _roll_back(self, agent: BaseAgent, report: RecoveryReport) -> RecoveryReport:
-        """The agent continues from the newest checkpoint whose memory ``report`` restored
-        (its start if none): the steps after it run again. Recorded on the timeline and
-        in the metrics; ``MemoryRollbackRefused`` instead when the settings say pause."""
-        head = agent.checkpoint_seq
-        assert report.hash is not None
-        cp = self.checkpointer.with_memory(
-            agent.analysis_id, agent.agent_type, report.hash, head, agent.version
-        )
-        to = cp.seq if cp is not None else 0
-        done = list(agent.completed_subtasks)
-        kept = set(cp.completed_subtasks) if cp is not None else set()
-        rerun = tuple(s for s in done if s not in kept)
-        detail = {
-            "agent_type": agent.agent_type,
-            "from_checkpoint": head,
-            "to_checkpoint": to,
-            "rerun": list(rerun),
-            "reason": report.reason,
-        }
-        if self.settings.on_memory_lost == "pause":
-            observe.emit(observe.RECOVERY, path="refused")
-            raise MemoryRollbackRefused(
-                f"{agent.agent_type}: the working memory of checkpoint {head} cannot be"
-                f" rebuilt ({report.reason}); the newest that can is checkpoint {to}'s."
-                f" Rolling back would run again: {', '.join(rerun) or 'nothing'}. Resume with"
-                " on_memory_lost='rollback' (AMBER_ON_MEMORY_LOST=rollback) to do so",
-                analysis_id=agent.analysis_id,
-                agent_id=agent.agent_id,
-                **{k: v for k, v in detail.items() if k not in ("agent_type", "reason")},
-            )
-        if cp is not None:
-            agent.apply_checkpoint(cp, head)
-        else:
-            agent.restart(head)
-        self.checkpointer.snapshotter.forget(agent.agent_id)
-        log.warning(
-            "%s rolled back from checkpoint %d to %d (its memory was lost: %s); running again: %s",
-            agent.agent_id,
-            head,
-            to,
-            report.reason,
-            ", ".join(rerun) or "nothing",
-        )
-        if agent.l1_cache.token is None:  # outside any lease
-            self.analyses.event(agent.analysis_id, "rolled_back", agent.runner or None, **detail)
-        elif not self.analyses.run_event(agent.analysis_id, "rolled_back", agent.runner, **detail):
-            raise fenced(agent.analysis_id, agent.runner, "roll an agent back")
-        observe.emit(observe.RECOVERY, path="rolled_back")
-        return dataclasses.replace(
-            report,
-            path="rolled_back",
-            current=True,
-            rolled_back_from=head,
-            rolled_back_to=to,
-            rerun=rerun,
-        )
 
     # -- running ------------------------------------------------------------------------
     def run(
@@ -652,49 +469,6 @@ class LeadCoordinator:
             agent.get_interim_results(),
             error,
         )
-
-
-def _check_code(analysis_id: str, entry: dict[str, Any], cls: type[BaseAgent]) -> None:
-    """Refuse to run code whose declared steps changed under the same version."""
-    stored = entry.get("fingerprint")
-    if stored is None or stored == cls.fingerprint() or entry.get("version") != cls.version:
-        return  # a new version: its checkpoint is migrated on restore (or refused there)
-    old, new = list(entry.get("steps") or []), cls.steps_declared()
-    raise CodeChanged(
-        f"{cls.agent_type} {cls.version} declares other steps than the analysis started"
-        f" with: {_difference(old, new)}. Bump {cls.agent_type}'s version and register a"
-        " checkpoint migration, or run the code the analysis started with",
-        analysis_id=analysis_id,
-        agent_type=cls.agent_type,
-    )
-
-
-def _check_subtasks(analysis_id: str, agent: BaseAgent) -> None:
-    """A restored subtask agent must know every subtask its checkpoint names, and vice
-    versa: a subtask added or removed without a version bump is never skipped silently."""
-    if agent.dynamic:
-        return
-    declared = list(agent.subtasks)
-    recorded = [s for s in agent.completed_subtasks if s in declared] + list(agent.pending_subtasks)
-    if sorted(set(recorded)) != sorted(declared):
-        raise CodeChanged(
-            f"{agent.agent_type} {agent.version} declares other subtasks than its checkpoint"
-            f" records: {_difference(recorded, declared)}. Bump its version and register a"
-            " checkpoint migration, or run the code the analysis started with",
-            analysis_id=analysis_id,
-            agent_type=agent.agent_type,
-        )
-
-
-def _difference(old: list[str], new: list[str]) -> str:
-    added = [s for s in new if s not in old]
-    removed = [s for s in old if s not in new]
-    parts = []
-    if added:
-        parts.append(f"added {', '.join(added)}")
-    if removed:
-        parts.append(f"removed {', '.join(removed)}")
-    return "; ".join(parts) or f"reordered (was {', '.join(old)}; now {', '.join(new)})"
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:

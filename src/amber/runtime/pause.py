@@ -24,8 +24,9 @@ from amber.errors import AnalysisBusy, AnalysisStateError
 from amber.keys import check_reason, check_uuid
 from amber.memory.recovery import RecoveryReport
 from amber.runtime.analyses import Analyses
-from amber.runtime.coordinator import AgentResult, LeadCoordinator
+from amber.runtime.coordinator import LeadCoordinator
 from amber.runtime.leases import Claim
+from amber.runtime.results import AgentResult
 
 log = logging.getLogger("amber.pause")
 

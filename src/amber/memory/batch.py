@@ -1,0 +1,109 @@
+"""``AgentMemory.batch()``: many writes queued, then applied in one atomic script."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from amber.codec import RedisType
+from amber.errors import InvalidValue
+
+if TYPE_CHECKING:
+    from amber.memory.working import AgentMemory, Scalar
+
+COMMAND_TYPES: dict[str, RedisType] = {
+    "SET": "string", "RPUSH": "list", "LPUSH": "list", "HSET": "hash", "HDEL": "hash",
+    "SADD": "set", "SREM": "set", "ZADD": "zset", "ZREM": "zset",
+}  # fmt: skip
+"""The Redis type each write command works on."""
+
+BATCH = "BATCH"
+"""The log's name of a batch of writes (``AgentMemory.batch``)."""
+
+
+def _zadd_args(agent_id: str, name: str, mapping: Mapping[Any, float]) -> list[Scalar]:
+    """ZADD's arguments (score, member, ...); a score that is not a number is ``InvalidValue``."""
+    args: list[Scalar] = []
+    for member, score in mapping.items():
+        try:
+            value = float(score)
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidValue(
+                f"zset score for key {name!r} is not a number: {score!r}",
+                agent_id=agent_id,
+                key=name,
+            ) from None
+        args += [value, member]
+    return args
+
+
+class Batch:
+    """Writes queued by ``AgentMemory.batch()``, applied together when the block ends."""
+
+    def __init__(self, memory: AgentMemory) -> None:
+        self.memory = memory
+        self.ops: list[list[Any]] = []
+        self.results: list[Any] = []
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None and self.ops:
+            self.execute()
+
+    def execute(self) -> list[Any]:
+        """Apply the queued writes now (logged first in ``wal`` mode); their results."""
+        mem, ops = self.memory, self.ops
+        self.ops = []
+        seq = mem.journal(BATCH, "", ops) if mem.journal else None
+        self.results = mem._logged(seq, lambda: mem._apply_batch(ops, seq))
+        return self.results
+
+    def _queue(self, command: str, name: str, *args: Any) -> Batch:
+        values = self.memory._check(command, name, args)
+        self.ops.append([command, name, COMMAND_TYPES[command], values])
+        return self
+
+    def set(self, name: str, value: Scalar) -> Batch:
+        """Queue a string SET."""
+        return self._queue("SET", name, value)
+
+    def rpush(self, name: str, *values: Scalar) -> Batch:
+        """Queue an append to a list."""
+        return self._queue("RPUSH", name, *values)
+
+    def lpush(self, name: str, *values: Scalar) -> Batch:
+        """Queue a prepend to a list."""
+        return self._queue("LPUSH", name, *values)
+
+    def hset(self, name: str, mapping: Mapping[Any, Scalar]) -> Batch:
+        """Queue hash field writes."""
+        return self._queue("HSET", name, *(x for pair in mapping.items() for x in pair))
+
+    def hdel(self, name: str, *fields: Scalar) -> Batch:
+        """Queue hash field deletes."""
+        return self._queue("HDEL", name, *fields)
+
+    def sadd(self, name: str, *members: Scalar) -> Batch:
+        """Queue set additions."""
+        return self._queue("SADD", name, *members)
+
+    def srem(self, name: str, *members: Scalar) -> Batch:
+        """Queue set removals."""
+        return self._queue("SREM", name, *members)
+
+    def zadd(self, name: str, mapping: Mapping[Any, float]) -> Batch:
+        """Queue zset additions with scores."""
+        return self._queue("ZADD", name, *_zadd_args(self.memory.agent_id, name, mapping))
+
+    def zrem(self, name: str, *members: Scalar) -> Batch:
+        """Queue zset removals."""
+        return self._queue("ZREM", name, *members)
+
+    def delete(self, *names: str) -> Batch:
+        """Queue key deletes."""
+        for name in names:
+            self.memory.key(name)
+            self.ops.append(["DEL", name, "", []])
+        return self

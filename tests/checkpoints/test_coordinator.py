@@ -115,3 +115,13 @@ def test_running_a_finished_analysis_is_refused(stack: amber.Stack) -> None:
         co.run(aid)
     with pytest.raises(amber.AnalysisNotFound):
         co.run("00000000-0000-0000-0000-000000000000")
+
+
+def test_start_analysis_records_what_submit_records(stack: amber.Stack) -> None:
+    """``stack.coordinator`` is a door onto the one engine: its analyses carry their
+    input and submitter like ``App.submit``'s."""
+    aid = stack.coordinator.start_analysis("AAPL", ANALYSTS, input={"horizon": 5}, by="desk")
+    record = stack.analyses.get(aid)
+    assert record.input == {"horizon": 5}
+    (submitted,) = [e for e in stack.analyses.timeline(aid) if e["kind"] == "submitted"]
+    assert submitted["by"] == "desk"

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from amber import observe
+from amber import codec, defaults, observe
 from amber.agents.base import ApiClient, BaseAgent, ClassRegistry, current_agent
 from amber.checkpoints.retention import Retention
 from amber.checkpoints.store import AgentCheckpointer
@@ -35,7 +35,7 @@ from amber.errors import (
     StepFailed,
     StepInDoubt,
 )
-from amber.keys import check_ticker, check_uuid, runner_id
+from amber.keys import check_reason, check_ticker, check_uuid, runner_id
 from amber.memory.recovery import DualRecoveryStrategy
 from amber.memory.ttl import L1TTLManager
 from amber.memory.working import AgentMemory
@@ -114,16 +114,23 @@ class LeadCoordinator(AgentPreparer):
         agent_classes: Sequence[type[BaseAgent]],
         config: dict[str, Any] | None = None,
         preserve: bool = False,
+        input: dict[str, Any] | None = None,
+        by: str = "amber",
     ) -> str:
         """Register (and queue) a new analysis of ``stock_ticker`` by these agents; its id.
 
-        The agents are stored by ``agent_type`` with the fingerprint of their subtasks.
+        The seeds' door onto the one engine ``App.submit`` uses: the agents are stored
+        by ``agent_type`` with the fingerprint of their subtasks, with the ``input`` every
+        agent reads (``ctx.input``) and the submitter ``by`` on the ``submitted`` event.
         With ``preserve`` its checkpoints are kept after it completes.
         """
         stock_ticker = check_ticker(stock_ticker)
         agents = [c.entry(config) for c in agent_classes]
+        doc = codec.json_object(input or {}, "input", defaults.DOCUMENT_MAX_BYTES)
         analysis_id = str(uuid.uuid4())
-        self.analyses.create(analysis_id, stock_ticker, agents, preserve)
+        self.analyses.create(
+            analysis_id, stock_ticker, agents, preserve, None, doc, check_reason(by, "by")
+        )
         return analysis_id
 
     def using(

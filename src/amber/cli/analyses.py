@@ -37,7 +37,7 @@ def list_analyses(
     limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 50,
     as_json: JsonFlag = False,
 ) -> None:
-    """Analyses, newest first, with each agent's progress ("3 of 5 subtasks")."""
+    """Analyses, newest first, with each agent's progress ("3 of 5")."""
     if status is not None and status not in STATUSES:
         raise InvalidValue(
             f"status must be one of {', '.join(STATUSES)}", field="status", value=status
@@ -50,14 +50,11 @@ def list_analyses(
     rows = []
     for d in docs:
         progress = [f"{a['agent_type']}: {_progress_text(a)}" for a in d["agents"]]
-        shown = d["status"]
-        if d["queued"]:
-            shown = "running (no live run: a worker or amber resume takes it)"
         rows.append(
             [
                 d["analysis_id"],
-                d["ticker"],
-                shown,
+                d["ticker"] or "",
+                d["state"],
                 "\n".join(progress),
                 d["updated_at"].strftime("%Y-%m-%d %H:%M"),
             ]
@@ -75,51 +72,17 @@ def list_analyses(
 
 
 def _listed(stack: Stack, rec: AnalysisRecord) -> dict[str, Any]:
-    """One analysis as ``amber analyses list --json`` prints it."""
-    latest = stack.checkpointer.latest(rec.analysis_id)  # before results: see describe
-    kept = {r["agent_id"]: r for r in stack.analyses.results(rec.analysis_id)}
-    agents = []
-    for entry in rec.agents:
-        mine, result = latest.get(entry["agent_type"]), kept.get(entry["agent_id"])
-        doc: dict[str, Any] = {
-            "agent_type": entry["agent_type"],
-            "agent_id": entry["agent_id"],
-            "status": "not started",
-            "done": None,
-            "total": None,
-            "steps": None,
-        }
-        if result is not None:  # finished: its checkpoints may be purged
-            doc.update(status=result["status"], steps=_steps(result["steps"]))
-        elif mine is not None:
-            doc.update(status="in progress", done=mine["done"], total=mine["total"])
-        agents.append(doc)
-    queued = rec.status == "running" and not stack.analyses.has_runner(rec.analysis_id)
-    return {
-        "analysis_id": rec.analysis_id,
-        "ticker": rec.stock_ticker,
-        "definition": rec.definition,
-        "status": rec.status,
-        "queued": queued,
-        "agents": agents,
-        "created_at": rec.created_at,
-        "updated_at": rec.updated_at,
-    }
+    """One analysis as ``amber analyses list --json`` prints it: the status read model's
+    summary, the same the API and the dashboard show."""
+    from amber.runtime import status
+
+    return status.summary(stack, rec)
 
 
 def _progress_text(agent: dict[str, Any]) -> str:
-    if agent["steps"] is not None:
-        n = agent["steps"]
-        return f"{agent['status']}, {n} step{'s' if n != 1 else ''}"
-    if agent["done"] is not None:
-        return f"{agent['done']} of {agent['total']}"
-    return str(agent["status"])
+    from amber.runtime import status
 
-
-def _steps(steps: list[str]) -> int:
-    from amber.runtime.app import RESULT_KEY
-
-    return len([s for s in steps if s != RESULT_KEY])
+    return status.progress_text(agent)
 
 
 @app.command()

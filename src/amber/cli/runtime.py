@@ -140,7 +140,7 @@ def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
             [
                 a["agent_type"],
                 a["agent_id"],
-                a["status"],
+                a["progress"],
                 ", ".join(a["steps"]) or "-",
                 str(a["checkpoints"]),
                 result if len(result) <= 200 else result[:197] + "...",
@@ -165,47 +165,31 @@ def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
 
 
 def describe(stack: Stack, aid: str) -> dict[str, Any]:
-    """An analysis as ``amber analyses show`` prints it."""
-    from amber.runtime.app import RESULT_KEY
+    """An analysis as ``amber analyses show`` prints it: the status read model's detail
+    (the same progress, liveness and words as the list, the API and the dashboard)."""
+    from amber.runtime import status
 
-    record = stack.analyses.get(aid)
-    counts: dict[str, int] = {}
-    for row in stack.checkpointer.summaries(aid, limit=defaults.BIGINT_MAX):
-        counts[row["agent_type"]] = counts.get(row["agent_type"], 0) + 1
-    # checkpoints before results: a finish writes results and purges checkpoints at once
-    latest = stack.checkpointer.latest(aid)
-    results = {r["agent_id"]: r for r in stack.analyses.results(aid)}
-    agents = []
-    for entry in record.agents:
-        kept = results.get(entry["agent_id"])
-        cp = latest.get(entry["agent_type"])
-        if kept is not None:
-            status, steps, result = kept["status"], list(kept["steps"]), kept["result"]
-        elif cp is not None:
-            status, steps, result = f"{cp['done']} of {cp['total']} subtasks", cp["steps"], None
-        else:
-            status, steps, result = "not started", [], None
-        agents.append(
-            {
-                "agent_type": entry["agent_type"],
-                "agent_id": entry["agent_id"],
-                "status": status,
-                "steps": [s for s in steps if s != RESULT_KEY],
-                "checkpoints": counts.get(entry["agent_type"], 0),
-                "result": result,
-            }
-        )
-    status = record.status
-    if status == "running" and not stack.analyses.has_runner(aid):
-        status = "running (queued: no live run holds it)"
+    shown = status.detail(stack, stack.analyses.get(aid))
+    agents = [
+        {
+            "agent_type": a["agent_type"],
+            "agent_id": a["agent_id"],
+            "status": a["status"],
+            "progress": status.progress_text(a),
+            "steps": a["steps"],
+            "checkpoints": len(a["checkpoints"]),
+            "result": a["result"],
+        }
+        for a in shown["agents"]
+    ]
     return {
         "analysis_id": aid,
-        "status": status,
-        "ticker": record.stock_ticker,
-        "definition": record.definition,
-        "input": record.input,
+        "status": shown["state"],
+        "ticker": shown["ticker"],
+        "definition": shown["definition"],
+        "input": shown["input"],
         "agents": agents,
-        "timeline": stack.analyses.timeline(aid),
+        "timeline": shown["timeline"],
         "pauses": stack.analyses.pauses(aid),
     }
 

@@ -17,6 +17,7 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -46,40 +47,69 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _redis_client(
-    url: str, timeout: float, command_timeout: float, policy: Policy | None
-) -> redis.Redis:
-    """An unprobed client for ``url``: one server, a cluster or a Sentinel-managed primary.
+@dataclass(frozen=True)
+class Flavor:
+    """The classes of one redis-py API (sync or asyncio) that a client is made of."""
 
-    With a ``policy`` the client retries under it, else never (a probe)."""
+    redis: Any
+    cluster: Any
+    node: Any
+    sentinel: Any
+    retry: Any
+    script: Any = None
+    """How that API registers a Lua script (for the modules that keep their own)."""
+
+
+SYNC = Flavor(RetryingRedis, RetryingCluster, ClusterNode, Sentinel, Retry)
+"""amber's own sync clients: redis-py's, under a retry ``Policy``."""
+
+
+def redis_client(
+    flavor: Flavor,
+    url: str,
+    timeout: float,
+    command_timeout: float,
+    attempts: int = 0,
+    pooled: bool = False,
+) -> Any:
+    """An unprobed client of ``flavor`` for ``url``: one server, a Redis Cluster or a
+    Sentinel-managed primary (``amber.redis_url``). The one place a Redis client is made:
+    ``timeout`` bounds a connect, ``command_timeout`` a reply, ``attempts`` redis-py's
+    own retries; ``pooled`` lifts redis-py's connection cap (a worker's many threads)."""
     target = parse_redis_url(url)
     common: dict[str, Any] = {
         "socket_connect_timeout": timeout,
         "socket_timeout": command_timeout,
-        "retry": Retry(NoBackoff(), 0),
+        "retry": flavor.retry(NoBackoff(), attempts),
     }
-    pooled = {"max_connections": defaults.REDIS_MAX_CONNECTIONS}
-    client: RetryingRedis | RetryingCluster
+    pool = {"max_connections": defaults.REDIS_MAX_CONNECTIONS} if pooled else {}
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "single":
-        client = cast(
-            RetryingRedis,
-            RetryingRedis.from_url(url, health_check_interval=30, **pooled, **common),
-        )
-    elif target.kind == "cluster":
-        nodes = [ClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
-        client = RetryingCluster(startup_nodes=nodes, ssl=target.tls, **auth, **common)
-    else:
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
-            list(target.nodes),
-            sentinel_kwargs={"socket_connect_timeout": timeout, "socket_timeout": timeout},
-            ssl=target.tls,
-        )
-        primary: RetryingRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
-            target.service, redis_class=RetryingRedis, db=target.db, **auth, **pooled, **common
-        )
-        primary.sentinels = list(sentinel.sentinels)
-        client = primary
+        health = {"health_check_interval": 30} if pooled else {}
+        return flavor.redis.from_url(url, **health, **pool, **common)
+    if target.kind == "cluster":
+        nodes = [flavor.node(host, port) for host, port in target.nodes]
+        return flavor.cluster(startup_nodes=nodes, ssl=target.tls, **auth, **common)
+    sentinel = flavor.sentinel(
+        list(target.nodes),
+        sentinel_kwargs={"socket_connect_timeout": timeout, "socket_timeout": timeout},
+        ssl=target.tls,
+    )
+    primary = sentinel.master_for(
+        target.service, redis_class=flavor.redis, db=target.db, **auth, **pool, **common
+    )
+    primary.sentinels = list(sentinel.sentinels)
+    return primary
+
+
+def _redis_client(
+    url: str, timeout: float, command_timeout: float, policy: Policy | None
+) -> redis.Redis:
+    """amber's sync client for ``url``: with a ``policy`` it retries under it, else never
+    (a probe)."""
+    client: RetryingRedis | RetryingCluster = redis_client(
+        SYNC, url, timeout, command_timeout, pooled=True
+    )
     client.policy = policy or Policy(0)
     # amber calls only what both clients offer, and keeps every MULTI/EXEC in one slot
     return cast(redis.Redis, client)

@@ -16,9 +16,10 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 
+from amber.engines.connect import Flavor
 from amber.persistence.calls import AsyncScript, Done, Plan, advance, reachable
 from amber.persistence.core import Core
-from amber.persistence.shell import Flavor, Shell
+from amber.persistence.shell import Shell
 
 P = ParamSpec("P")
 T = TypeVar("T")

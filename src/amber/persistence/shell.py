@@ -6,61 +6,24 @@ they open (``redis.asyncio`` or ``redis``) and in awaiting its replies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 import redis
 import redis.asyncio as aioredis
-from redis.backoff import NoBackoff
 
 from amber import defaults
 from amber.config import load_settings
-from amber.engines.connect import redact
+from amber.engines.connect import Flavor, redact, redis_client
 from amber.engines.embedded import ensure_embedded
 from amber.errors import ConfigError, ValidationError
 from amber.keys import Keys
 from amber.persistence import scripts
 from amber.persistence.core import Core, ttl_ms
-from amber.redis_url import parse_redis_url
 
 C = TypeVar("C", redis.Redis, aioredis.Redis)
 """The client of one flavor; on a cluster it is the flavor's ``RedisCluster``, typed as the
 flavor's ``Redis`` (the persistence module calls only what both offer)."""
-
-
-@dataclass(frozen=True)
-class Flavor:
-    """The classes of one redis-py API (sync or asyncio) that a client is made of."""
-
-    redis: Any
-    cluster: Any
-    node: Any
-    sentinel: Any
-    retry: Any
-    script: Any
-
-
-def _client(flavor: Flavor, url: str, connect_timeout: float, command_timeout: float) -> Any:
-    """A client for one server, a Redis Cluster or a Sentinel-managed primary."""
-    target = parse_redis_url(url)
-    common: dict[str, Any] = {
-        "socket_connect_timeout": connect_timeout,
-        "socket_timeout": command_timeout,
-        "retry": flavor.retry(NoBackoff(), 1),
-    }
-    auth: dict[str, Any] = {"username": target.username, "password": target.password}
-    if target.kind == "cluster":
-        nodes = [flavor.node(host, port) for host, port in target.nodes]
-        return flavor.cluster(startup_nodes=nodes, ssl=target.tls, **auth, **common)
-    if target.kind == "sentinel":
-        sentinel = flavor.sentinel(
-            list(target.nodes),
-            sentinel_kwargs={"socket_connect_timeout": connect_timeout},
-            ssl=target.tls,
-        )
-        return sentinel.master_for(target.service, db=target.db, **auth, **common)
-    return flavor.redis.from_url(url, **common)
 
 
 class Shell(Generic[C]):
@@ -113,8 +76,8 @@ class Shell(Generic[C]):
                 url = ensure_embedded(settings.data_dir, redis=True, postgres=False)["redis"]
             self.url = redact(url)
             try:
-                client = _client(
-                    self.flavor, url, settings.connect_timeout, settings.command_timeout
+                client = redis_client(
+                    self.flavor, url, settings.connect_timeout, settings.command_timeout, 1
                 )
             except ValueError as exc:
                 raise ValidationError(

@@ -15,9 +15,10 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from amber.engines.connect import Flavor
 from amber.persistence.calls import Done, Plan, Script, advance, reachable
 from amber.persistence.core import Core
-from amber.persistence.shell import Flavor, Shell
+from amber.persistence.shell import Shell
 
 P = ParamSpec("P")
 T = TypeVar("T")

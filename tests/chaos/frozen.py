@@ -41,6 +41,7 @@ from typing import TextIO
 
 import amber
 from amber.engines.embedded import ensure_embedded, stop_embedded
+from tests.chaos.report import measure_table
 from tests.runtime import fleet, workapp
 from tests.runtime.fleet import Fleet, audit, wait_until
 
@@ -77,8 +78,7 @@ class FrozenTally:
             ("payments made", self.payments),
             ("broken promises", len(self.problems)),
         ]
-        width = max(len(k) for k, _ in rows)
-        lines = [f"| {k:<{width}} | {v:>6} |" for k, v in rows]
+        lines = measure_table([(k, f"{v:,}") for k, v in rows])
         lines.append(
             f"replay: python -m tests.chaos.frozen --rounds {self.rounds} --seed {self.seed}"
         )
@@ -131,9 +131,7 @@ def run_frozen(rounds: int, seed: int, workdir: Path, out: TextIO | None = None)
         except AssertionError as exc:
             tally.problems.append(str(exc).splitlines()[0])
         finally:
-            for p in workers.alive():  # a worker stopped when the run failed goes on first
-                p.popen.send_signal(signal.SIGCONT)
-            workers.close()
+            workers.close()  # SIGCONTs a worker the run left stopped first
         _judge(stack, aids, book, frozen, tally)
         if tally.problems:
             tally.problems.append(f"workers' logs in {workdir}: {workers.report()[-1500:]}")

@@ -24,6 +24,13 @@ FAILURE_ROWS = (
 """Every count here must be 0."""
 
 
+def measure_table(rows: list[tuple[str, str]]) -> list[str]:
+    """(measure, value) rows as the lines of a markdown table."""
+    width = max(len(label) for label, _ in rows)
+    lines = [f"| {'measure':<{width}} | value |", f"|{'-' * (width + 2)}|------:|"]
+    return lines + [f"| {label:<{width}} | {value:>5} |" for label, value in rows]
+
+
 @dataclass
 class AnalysisCounts:
     """The counts of one analysis, recomputed from its whole ledger after each round."""
@@ -131,10 +138,7 @@ class Tally:
 
     def table(self) -> str:
         """A markdown table, with the replay command and any failures under it."""
-        rows = self.rows()
-        width = max(len(label) for label, _ in rows)
-        lines = [f"| {'measure':<{width}} | value |", f"|{'-' * (width + 2)}|------:|"]
-        lines += [f"| {label:<{width}} | {value:>5} |" for label, value in rows]
+        lines = measure_table(self.rows())
         extra = f" {self.replay_args}" if self.replay_args else ""
         lines.append("")
         lines.append(

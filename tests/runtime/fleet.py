@@ -133,8 +133,10 @@ class Fleet:
         return proc.popen.wait(timeout=timeout)
 
     def close(self) -> None:
-        """Stop every worker still running (SIGTERM, then SIGKILL if it lingers)."""
+        """Stop every worker still running (SIGTERM, then SIGKILL if it lingers); one a
+        test left stopped (SIGSTOP) is let go on first, so it can hear the SIGTERM."""
         for p in self.alive():
+            p.popen.send_signal(signal.SIGCONT)
             p.popen.send_signal(signal.SIGTERM)
         for p in self.procs:
             try:
@@ -142,6 +144,12 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 p.popen.kill()
                 p.popen.wait(timeout=30)
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def report(self) -> str:
         """Every worker's stderr tail, for assertion messages."""

@@ -36,11 +36,8 @@ the idle worker took the analysis over while the step was still running.)"""
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Fleet]:
     settings = {"worker_poll": "0.1", "lease_seconds": str(LEASE), "stuck_seconds": str(STUCK)}
-    f = Fleet(fleet.new_tag(), tmp_path / "workers", concurrency=2, settings=settings)
-    try:
+    with Fleet(fleet.new_tag(), tmp_path / "workers", concurrency=2, settings=settings) as f:
         yield f
-    finally:
-        f.close()
 
 
 def test_a_step_holding_the_gil_past_its_lease_is_not_taken_over(
@@ -128,8 +125,6 @@ def test_a_frozen_worker_holding_a_wal_lock_costs_a_few_claims_not_a_loop(
         frozen.popen.send_signal(signal.SIGCONT)
         wait_until(fleet.all_finished(stack, [aid]), 90, "the analysis completes", [other])
     finally:
-        for p in workers.alive():
-            p.popen.send_signal(signal.SIGCONT)
         workers.close()
     assert claims_while_frozen <= 6, stack.analyses.timeline(aid)
     kinds = [e["kind"] for e in stack.analyses.timeline(aid)]

@@ -14,7 +14,7 @@ import orjson
 
 from amber import codec, defaults, observe
 from amber.checkpoints.model import Checkpoint
-from amber.errors import AmberError, UnknownAgent
+from amber.errors import AmberError, RegistrationError, UnknownAgent
 from amber.keys import call_key, check_id, check_version
 from amber.memory.recovery import MemoryMark
 from amber.memory.working import AgentMemory
@@ -22,9 +22,6 @@ from amber.memory.working import AgentMemory
 if TYPE_CHECKING:
     from amber.runtime.reviews import Decision
     from amber.runtime.steps import Retry
-
-AGENT_TYPES: dict[str, type[BaseAgent]] = {}
-"""Every BaseAgent subclass with an ``agent_type``, registered when its class is defined."""
 
 current_agent: contextvars.ContextVar[BaseAgent | None] = contextvars.ContextVar(
     "amber_current_agent", default=None
@@ -94,7 +91,7 @@ class BaseAgent:
         if cls.agent_type:
             check_id(cls.agent_type, "agent_type")
             if not cls.dynamic:
-                AGENT_TYPES[cls.agent_type] = cls
+                CLASSES.add(cls.agent_type, cls, replace=True)
 
     @classmethod
     def steps_declared(cls) -> list[str]:
@@ -316,21 +313,48 @@ class BaseAgent:
         return response
 
 
-class ClassRegistry:
-    """Every ``BaseAgent`` subclass with an ``agent_type``: the registry of a coordinator
-    used without an app."""
+class AgentRegistry:
+    """Agent classes by the name stored with an analysis: where a worker finds the code of
+    what it runs. The one registry type: each ``amber.App`` holds one, and ``CLASSES``
+    (every ``BaseAgent`` subclass with an ``agent_type``, as it is defined) serves a
+    coordinator used without an app (the seeds' ``stack.coordinator``)."""
+
+    def __init__(self, app: str | None = None) -> None:
+        self.app = app
+        """The app's name; None for ``CLASSES``."""
+        self.agents: dict[str, type[BaseAgent]] = {}
+
+    def add(self, name: str, cls: type[BaseAgent], replace: bool = False) -> None:
+        """Register ``cls`` as ``name``; another class under a taken name raises
+        ``RegistrationError`` unless ``replace`` (a class defined again)."""
+        if not replace and self.agents.get(name, cls) is not cls:
+            raise RegistrationError(f"agent {name!r} is registered already", agent=name)
+        self.agents[name] = cls
 
     def resolve(self, name: str) -> type[BaseAgent]:
-        """The class registered as ``name``; ``UnknownAgent`` if none is (yet) defined."""
-        cls = AGENT_TYPES.get(name)
-        if cls is None:
-            raise UnknownAgent(
+        """The class registered as ``name``; ``UnknownAgent`` if none is (yet)."""
+        cls = self.agents.get(name)
+        if cls is not None:
+            return cls
+        if self.app is None:
+            message = (
                 f"no agent class registers agent_type {name!r}: import the module that"
-                " defines it, or run with --app",
-                agent_type=name,
+                " defines it, or run with --app"
             )
-        return cls
+        else:
+            message = (
+                f"agent {name!r} is not registered with app {self.app!r}"
+                f" (it registers: {', '.join(sorted(self.agents)) or 'nothing'})"
+            )
+        raise UnknownAgent(message, agent_type=name)
 
     def names(self) -> list[str]:
-        """Every agent type defined so far."""
-        return sorted(AGENT_TYPES)
+        """Every registered name."""
+        return sorted(self.agents)
+
+
+CLASSES = AgentRegistry()
+"""Every BaseAgent subclass with an ``agent_type``, registered when its class is defined."""
+
+AGENT_TYPES = CLASSES.agents
+"""``CLASSES``'s classes by agent type (the name earlier releases exported)."""

@@ -124,7 +124,7 @@ def resume(
     application = load(app_target)
     with OPTIONS.stack() as stack:
         analysis_id = ids.analysis_id(stack, analysis_id)
-        coordinator = stack.coordinator.using(registry=application)
+        coordinator = stack.coordinator.using(registry=application.registry)
         record = stack.analyses.get(analysis_id)
         bar = Progress(
             TextColumn("{task.description}"),

@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
+from amber.engines.aio import in_thread
 from amber.langgraph.core import CACHE_BYTES, SaverCore
 from amber.langgraph.owned import OwnsStack, on_own_stack
 from amber.langgraph.retention import GcReport, Retention
@@ -195,10 +196,6 @@ class AsyncAmberSaver(AmberSaver):
     ) -> None:
         await asyncio.to_thread(self.close)
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """As :meth:`AmberSaver.get_tuple`, in a worker thread."""
-        return await asyncio.to_thread(self.get_tuple, config)
-
     async def alist(
         self,
         config: RunnableConfig | None,
@@ -213,49 +210,14 @@ class AsyncAmberSaver(AmberSaver):
             for item in page:
                 yield item
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """As :meth:`AmberSaver.put`, in a worker thread."""
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """As :meth:`AmberSaver.put_writes`, in a worker thread."""
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """As :meth:`AmberSaver.delete_thread`, in a worker thread."""
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """As :meth:`AmberSaver.delete_for_runs`, in a worker thread."""
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """As :meth:`AmberSaver.copy_thread`, in a worker thread."""
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(
-        self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", keep: int = 1
-    ) -> None:
-        """As :meth:`AmberSaver.prune`, in a worker thread."""
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy, keep=keep)
-
-    async def agc(
-        self, *, keep_latest: int | None = None, thread_ids: Sequence[str] | None = None
-    ) -> GcReport:
-        """As :meth:`AmberSaver.gc`, in a worker thread."""
-        return await asyncio.to_thread(self.gc, keep_latest=keep_latest, thread_ids=thread_ids)
+    aget_tuple = in_thread(AmberSaver.get_tuple)
+    aput = in_thread(AmberSaver.put)
+    aput_writes = in_thread(AmberSaver.put_writes)
+    adelete_thread = in_thread(AmberSaver.delete_thread)
+    adelete_for_runs = in_thread(AmberSaver.delete_for_runs)
+    acopy_thread = in_thread(AmberSaver.copy_thread)
+    aprune = in_thread(AmberSaver.prune)
+    agc = in_thread(AmberSaver.gc)
 
 
 __all__ = ["AmberSaver", "AsyncAmberSaver"]

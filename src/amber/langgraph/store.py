@@ -11,7 +11,6 @@ and an expired item is never returned, swept or not.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -38,6 +37,7 @@ from langgraph.store.base import (
 )
 
 from amber import codec
+from amber.engines.aio import in_thread
 from amber.errors import AmberError, InvalidIdentifier, InvalidValue, StoreUnavailable
 from amber.langgraph import sql as lsql
 from amber.langgraph.owned import OwnsStack, on_own_stack
@@ -243,67 +243,6 @@ class AmberStore(OwnsStack, BaseStore):
             prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit, offset=offset
         )
 
-    async def aget(
-        self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None
-    ) -> Item | None:
-        """As :meth:`get`, in a worker thread."""
-        return await asyncio.to_thread(self.get, namespace, key, refresh_ttl=refresh_ttl)
-
-    async def aput(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: Mapping[str, Any],
-        index: Literal[False] | list[str] | None = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """As :meth:`put`, in a worker thread."""
-        await asyncio.to_thread(self.put, namespace, key, value, index, ttl=ttl)
-
-    async def adelete(self, namespace: tuple[str, ...], key: str) -> None:
-        """As :meth:`delete`, in a worker thread."""
-        await asyncio.to_thread(self.delete, namespace, key)
-
-    async def asearch(
-        self,
-        namespace_prefix: tuple[str, ...],
-        /,
-        *,
-        query: str | None = None,
-        filter: dict[str, Any] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-        refresh_ttl: bool | None = None,
-    ) -> list[SearchItem]:
-        """As :meth:`search`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.search(
-                namespace_prefix,
-                query=query,
-                filter=filter,
-                limit=limit,
-                offset=offset,
-                refresh_ttl=refresh_ttl,
-            )
-        )
-
-    async def alist_namespaces(
-        self,
-        *,
-        prefix: tuple[str, ...] | None = None,
-        suffix: tuple[str, ...] | None = None,
-        max_depth: int | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[tuple[str, ...]]:
-        """As :meth:`list_namespaces`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.list_namespaces(
-                prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit, offset=offset
-            )
-        )
-
     # -- the batch every call goes through ---------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run the operations in order; each result at its operation's position."""
@@ -323,8 +262,15 @@ class AmberStore(OwnsStack, BaseStore):
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """As :meth:`batch`, in a worker thread."""
-        return await asyncio.to_thread(self.batch, list(ops))
+        """As :meth:`batch`, in a worker thread (``ops`` read first, on the loop)."""
+        return await self._abatch(list(ops))
+
+    _abatch = in_thread(batch)
+    aget = in_thread(get)
+    aput = in_thread(put)
+    adelete = in_thread(delete)
+    asearch = in_thread(search)
+    alist_namespaces = in_thread(list_namespaces)
 
     def sweep_ttl(self) -> int:
         """Delete expired items (reads never return them anyway); returns how many."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast, overload
 import orjson
 
 from amber import codec, defaults
-from amber.agents.base import ApiClient, BaseAgent, current_agent
+from amber.agents.base import AgentRegistry, ApiClient, BaseAgent, current_agent
 from amber.errors import (
     AppNotFound,
     InvalidIdentifier,
@@ -103,7 +103,9 @@ class App:
 
     def __init__(self, name: str = "amber") -> None:
         self.name = check_id(name, "app name")
-        self.agents: dict[str, type[BaseAgent]] = {}
+        self.registry = AgentRegistry(self.name)
+        """The app's agents by name: what its workers resolve stored names in."""
+        self.agents: dict[str, type[BaseAgent]] = self.registry.agents
         self.definitions: dict[str, tuple[str, ...]] = {}
 
     def __repr__(self) -> str:
@@ -175,9 +177,7 @@ class App:
         return target
 
     def _add(self, name: str, cls: type[BaseAgent]) -> None:
-        if name in self.agents and self.agents[name] is not cls:
-            raise RegistrationError(f"agent {name!r} is registered already", agent=name)
-        self.agents[name] = cls
+        self.registry.add(name, cls)
 
     def analysis(self, name: str, agents: Sequence[Any]) -> str:
         """Register an analysis definition: a name for a list of registered agents."""
@@ -238,18 +238,11 @@ class App:
     # -- the registry the coordinator reads ------------------------------------------------
     def resolve(self, name: str) -> type[BaseAgent]:
         """The agent registered as ``name``; ``UnknownAgent`` if there is none."""
-        cls = self.agents.get(name)
-        if cls is None:
-            raise UnknownAgent(
-                f"agent {name!r} is not registered with app {self.name!r}"
-                f" (it registers: {', '.join(sorted(self.agents)) or 'nothing'})",
-                agent_type=name,
-            )
-        return cls
+        return self.registry.resolve(name)
 
     def names(self) -> list[str]:
         """Every registered agent name."""
-        return sorted(self.agents)
+        return self.registry.names()
 
     def entries(
         self, definition: str | Sequence[Any], config: dict[str, Any] | None
@@ -300,7 +293,7 @@ class App:
     def coordinator(self, stack: Stack, market: ApiClient | None = None) -> LeadCoordinator:
         """A coordinator on ``stack`` that runs this app's agents (``market``: the API
         client ``BaseAgent.fetch`` calls); its counters are its own."""
-        return stack.coordinator.using(market, registry=self)
+        return stack.coordinator.using(market, registry=self.registry)
 
     def run(
         self, stack: Stack, analysis_id: object, market: ApiClient | None = None

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from amber import codec, defaults, observe
-from amber.agents.base import ApiClient, BaseAgent, ClassRegistry, current_agent
+from amber.agents.base import CLASSES, AgentRegistry, ApiClient, BaseAgent, current_agent
 from amber.checkpoints.retention import Retention
 from amber.checkpoints.store import AgentCheckpointer
 from amber.config import Settings
@@ -42,7 +42,7 @@ from amber.memory.working import AgentMemory
 from amber.runtime.analyses import Analyses
 from amber.runtime.execute import STORAGE_ERRORS, RunControl, RunStopped, StepExecutor
 from amber.runtime.leases import Claim
-from amber.runtime.preparing import AgentPreparer, Registry
+from amber.runtime.preparing import AgentPreparer
 from amber.runtime.results import AgentResult, Stop
 from amber.runtime.reviews import Reviews
 from amber.runtime.steps import Retry, StepIntents
@@ -85,7 +85,7 @@ class LeadCoordinator(AgentPreparer):
         market: ApiClient | None = None,
         intents: StepIntents | None = None,
         reviews: Reviews | None = None,
-        registry: Registry | None = None,
+        registry: AgentRegistry | None = None,
     ) -> None:
         self.analyses = analyses
         self.checkpointer = checkpointer
@@ -99,7 +99,7 @@ class LeadCoordinator(AgentPreparer):
         self.market = market
         self.intents = intents or StepIntents(analyses.pg)
         self.reviews = reviews or Reviews(analyses.pg)
-        self.registry: Registry = registry or ClassRegistry()
+        self.registry: AgentRegistry = registry or CLASSES
         self.subtask_starts: Counter[tuple[str, str, str]] = Counter()
         self.reexecuted = 0
         self.on_progress: OnAgent | None = None
@@ -134,7 +134,7 @@ class LeadCoordinator(AgentPreparer):
         return analysis_id
 
     def using(
-        self, market: ApiClient | None = None, registry: Registry | None = None
+        self, market: ApiClient | None = None, registry: AgentRegistry | None = None
     ) -> LeadCoordinator:
         """A coordinator on the same collaborators with its own market client, registry,
         counters and hooks."""

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 from amber import observe
-from amber.agents.base import BaseAgent
+from amber.agents.base import AgentRegistry, BaseAgent
 from amber.checkpoints.store import AgentCheckpointer
 from amber.config import Settings
 from amber.errors import (
@@ -27,16 +27,8 @@ from amber.runtime.analyses import Analyses, AnalysisRecord
 log = logging.getLogger("amber.coordinator")
 
 
-class Registry(Protocol):
-    """Where agent names stored with an analysis are resolved (an ``amber.App``)."""
-
-    def resolve(self, name: str) -> type[BaseAgent]:
-        """The agent class registered as ``name``; ``UnknownAgent`` if none."""
-        ...
-
-    def names(self) -> list[str]:
-        """Every registered name."""
-        ...
+Registry = AgentRegistry
+"""Where agent names stored with an analysis are resolved (the name earlier releases used)."""
 
 
 class AgentPreparer:
@@ -49,7 +41,7 @@ class AgentPreparer:
     """Agent id → its ``AgentMemory`` (the stack's factory)."""
     market: Any
     settings: Settings
-    registry: Registry
+    registry: AgentRegistry
 
     # -- building agents ----------------------------------------------------------------
     def prepare_agents(

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ClassVar
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -373,6 +374,7 @@ class Persistence:
         self.pm = PersistenceManager(engines.redis_url, prefix=self.prefix)
         self.url = engines.redis_url
         self.raw = open_redis(engines.redis_url, 5.0)
+        self.pg = psycopg.connect(engines.database_url, autocommit=True)
 
     def run(self, work: Coroutine[Any, Any, Any]) -> Any:
         """Run one call of the manager."""
@@ -393,11 +395,18 @@ class Persistence:
                 out[key] = self.raw.zrange(key, 0, -1, withscores=True)
             else:
                 out[key] = kind
+        reviews = self.pg.execute(  # the module's reviews are rows in PostgreSQL
+            "SELECT review_id, status, decision::text, payload::text, deadline FROM reviews"
+            " WHERE scope = %s ORDER BY review_id",
+            (self.prefix,),
+        )
+        out[b"(reviews)"] = reviews.fetchall()
         return out
 
     def close(self) -> None:
         """Close the manager and delete what the tests stored."""
         self.run(self.pm.close())
+        self.pg.close()
         self.loop.close()
         self.raw.close()
         delete_prefix(self.url, self.prefix)

@@ -103,7 +103,7 @@ def test_every_id_is_taken_by_a_unique_prefix(world: World, stack: amber.Stack) 
     assert listed and {r["analysis_id"] for r in listed} == {aid}
     doubt = json.loads(ok(cli("steps", "in-doubt", "--json")))
     assert world.step_id in [i["step_id"] for i in doubt]
-    pending = json.loads(ok(cli("reviews", "pending", "--json")))
+    pending = json.loads(ok(cli("reviews", "list", "--json")))
     assert world.review_id in [r["review_id"] for r in pending]
     memory = json.loads(ok(cli("memory", "show", world.agent_id[:-3], "--json")))
     assert memory["agent_id"] == world.agent_id
@@ -154,7 +154,7 @@ def json_commands(w: World, data: Path) -> list[list[str]]:
         ["checkpoints", "list"],
         ["checkpoints", "show", w.checkpoint_id],
         ["steps", "in-doubt"],
-        ["reviews", "pending"],
+        ["reviews", "list"],
         ["reviews", "list"],
         ["sessions", "list"],
         ["memory", "show", w.agent_id],
@@ -226,7 +226,7 @@ def test_tables_keep_every_id_whole(world: World, columns: int) -> None:
         (["analyses", "show", world.analysis_id], [world.agent_id]),
         (["checkpoints", "list", "--analysis", world.analysis_id], [world.checkpoint_id]),
         (["steps", "in-doubt"], [world.step_id]),
-        (["reviews", "pending"], [world.review_id]),
+        (["reviews", "list"], [world.review_id]),
         (["memory", "show", world.agent_id], []),
     ]
     for args, ids in cases:

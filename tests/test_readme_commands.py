@@ -137,6 +137,8 @@ class Ids:
             "N": "2",
             "R": "readme",
             "S": "completed",
+            "STATUS": "pending",
+            "PREFIX": "readme",
             "FILE": str(self.result_file()),
         }
         if placeholder in fixed:

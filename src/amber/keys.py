@@ -323,9 +323,9 @@ class Keys:
         """SCAN pattern matching every key under this prefix (repair and cleanup only)."""
         return f"{self.prefix}:*"
 
-    # -- persistence (sessions, tasks, reviews) ----------------------------------------
-    # Everything of one session carries the hash tag {session_id}, and every review of a
-    # prefix the tag {prefix}: each script of amber.persistence touches one slot.
+    # -- persistence (sessions and tasks) ---------------------------------------------
+    # Everything of one session carries the hash tag {session_id}: each script of
+    # amber.persistence touches one slot.
     def session(self, session_id: str) -> str:
         """One session document (JSON): ``<prefix>:session:{<session_id>}``."""
         return f"{self.prefix}:session:{{{check_id(session_id, 'session_id')}}}"
@@ -352,16 +352,6 @@ class Keys:
     def session_index(self) -> str:
         """Sorted set of session ids, scored by when each session expires (ms), at the latest."""
         return f"{self.prefix}:session_index"
-
-    def review(self, review_id: str) -> str:
-        """One review document (JSON), in the slot of the prefix's review queue:
-        ``<prefix>:review:{<prefix>}:<review_id>``."""
-        return f"{self.prefix}:review:{{{self.prefix}}}:{check_id(review_id, 'review_id')}"
-
-    def review_queue(self) -> str:
-        """Sorted set of pending review ids, scored by ``expires_at`` (ms):
-        ``<prefix>:review_queue:{<prefix>}``."""
-        return f"{self.prefix}:review_queue:{{{self.prefix}}}"
 
 
 def call_key(provider: str, endpoint: str, params: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""``amber sessions list|show`` and ``amber reviews list`` on real Redis."""
+"""``amber sessions list|show`` on real Redis, and the module's reviews in ``amber reviews``."""
 
 from __future__ import annotations
 
@@ -79,11 +79,23 @@ def test_sessions_show_bad_id_is_one_line_error(filled: str) -> None:
     assert "session_id contains '*'" in result.output
 
 
-def test_reviews_list(filled: str) -> None:
-    result = runner.invoke(app, ["--prefix", filled, "reviews", "list"], env=WIDE)
+def test_reviews_list_shows_the_modules_reviews_and_approves_them_once(filled: str) -> None:
+    listing = ["reviews", "list", "--scope", filled]
+    result = runner.invoke(app, listing, env=WIDE)
     assert result.exit_code == 0, result.output
-    assert "rev_1" in result.output and "0.75" in result.output
+    assert f"{filled}:rev_1" in result.output and "task t1 (confidence 0.75)" in result.output
     assert "1 pending review(s)" in result.output
+    everything = runner.invoke(app, ["reviews", "list", "--limit", "10000"], env=WIDE)
+    assert f"{filled}:rev_1" in everything.output  # the one queue, every scope and analysis
+    approve = ["reviews", "approve", f"{filled}:rev_1", "--by", "carol"]
+    result = runner.invoke(app, approve, env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert f"review {filled}:rev_1 of task t1 approved" in result.output
+    again = runner.invoke(app, approve, env=WIDE)
+    assert again.exit_code == 1 and "already approved" in again.output
+    assert "0 pending review(s)" in runner.invoke(app, listing, env=WIDE).output
+    decided = runner.invoke(app, [*listing, "--status", "approved"], env=WIDE)
+    assert "1 approved review(s)" in decided.output
 
 
 def test_unreachable_redis_is_one_line_error(filled: str) -> None:

@@ -47,8 +47,6 @@ async def _every_call_fails_fast(pm: PersistenceManager, within: float) -> None:
         lambda: pm.save_task({"id": "t", "type": "x"}, session_id="s"),
         lambda: pm.next_task("s"),
         lambda: pm.list_tasks("s"),
-        lambda: pm.list_reviews(),
-        lambda: pm.remove_review("r"),
     ]
     for call in calls:
         started = time.monotonic()
@@ -62,6 +60,22 @@ async def _every_call_fails_fast(pm: PersistenceManager, within: float) -> None:
 async def test_refused_connection(manager: Open, refused_url: str) -> None:
     async with manager(refused_url, prefix="p", timeout=1) as pm:
         await _every_call_fails_fast(pm, within=1.0)
+
+
+async def test_reviews_fail_fast_on_an_unreachable_postgresql(
+    manager: Open, engines: Engines, prefix: str
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://postgres@127.0.0.1:{port}/amber"
+    async with manager(engines.redis_url, prefix=prefix, timeout=1, database_url=url) as pm:
+        await pm.save_session({"session_id": "s", "goal": "g", "status": "planning"})
+        for call in (lambda: pm.list_reviews(), lambda: pm.get_review("r")):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="PostgreSQL did not answer"):
+                await call()
+            assert time.monotonic() - started < 3.0
 
 
 async def test_server_that_never_answers(manager: Open, silent_url: str) -> None:

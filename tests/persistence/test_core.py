@@ -7,19 +7,12 @@ from typing import Any
 import pytest
 
 from amber.keys import Keys
-from amber.persistence import (
-    ReviewAlreadyDecided,
-    ReviewItem,
-    ReviewNotFound,
-    SessionNotFoundError,
-)
+from amber.persistence import SessionNotFoundError
 from amber.persistence.calls import Done, Get, Plan, Run, advance
 from amber.persistence.core import Core
-from amber.persistence.models import dump
 
 CORE = Core(Keys("amber"), 1000, 1000)
 CLUSTER = Core(Keys("amber"), 1000, 1000, cluster=True)
-PENDING = ReviewItem(review_id="r1", task_id="t1", confidence=0.5)
 
 
 def drive(plan: Plan[Any], replies: list[Any]) -> tuple[list[Any], Any]:
@@ -32,36 +25,6 @@ def drive(plan: Plan[Any], replies: list[Any]) -> tuple[list[Any], Any]:
         step = advance(plan, reply)
     assert isinstance(step, Done), "the plan wanted more replies"
     return calls, step.value
-
-
-def test_decide_reads_then_compares_and_sets() -> None:
-    body = dump(PENDING)
-    calls, decided = drive(CORE.decide("r1", "approved", "alice"), [body, [1]])
-    assert calls[0] == Get("amber:review:{amber}:r1")
-    run = calls[1]
-    assert isinstance(run, Run) and run.script == "decide_review"
-    assert run.keys == ["amber:review:{amber}:r1", "amber:review_queue:{amber}"]
-    assert run.args[0] == body and run.args[1] == dump(decided)
-    assert (decided.decision, decided.decided_by) == ("approved", "alice")
-
-
-def test_decide_again_on_a_review_saved_in_between() -> None:
-    resaved = dump(PENDING.model_copy(update={"confidence": 0.9}))
-    calls, decided = drive(CORE.decide("r1", "rejected", "bob"), [dump(PENDING), [0, resaved], [1]])
-    assert calls[2].args[0] == resaved  # compared against what is stored now
-    assert decided.confidence == 0.9
-
-
-def test_decide_loses_to_a_rival_that_decided_first() -> None:
-    rival = PENDING.model_copy(update={"decision": "approved", "decided_by": "eve"})
-    with pytest.raises(ReviewAlreadyDecided) as info:
-        drive(CORE.decide("r1", "rejected", "bob"), [dump(PENDING), [0, dump(rival)]])
-    assert (info.value.decision, info.value.decided_by) == ("approved", "eve")  # type: ignore[attr-defined]
-
-
-def test_decide_on_a_review_removed_in_between() -> None:
-    with pytest.raises(ReviewNotFound):
-        drive(CORE.decide("r1", "approved", "alice"), [dump(PENDING), [-1]])
 
 
 def test_a_read_is_one_get_and_a_missing_document_is_none() -> None:
@@ -84,7 +47,6 @@ def test_every_script_call_stays_in_one_slot() -> None:
         (CLUSTER.save_session({"session_id": "s1", "goal": "g", "status": "p"}), [3, [1, 1]]),
         (CORE.save_task({"id": "t1", "type": "x"}, "s1"), [[1], 1]),
         (CORE.delete_session("s1"), [5.0, [2, "t1", "t2"], 1, 1, 1]),
-        (CORE.list_reviews(), [[b"r1"], [dump(PENDING)]]),
     ]
     for plan, replies in plans:
         calls, _ = drive(plan, replies)

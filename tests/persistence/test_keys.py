@@ -17,13 +17,10 @@ def test_persistence_keys_are_literal() -> None:
     assert K.task_expiry("sess_abc123") == "amber:task_expiry:{sess_abc123}"
     assert K.task_session("task_xyz789") == "amber:task_session:task_xyz789"
     assert K.session_index() == "amber:session_index"
-    assert K.review("rev_abc123") == "amber:review:{amber}:rev_abc123"
-    assert K.review_queue() == "amber:review_queue:{amber}"
 
 
 def test_prefix_isolates_persistence_keys() -> None:
     assert Keys("tenant-b").session("s") == "tenant-b:session:{s}"
-    assert Keys("tenant-b").review_queue() == "tenant-b:review_queue:{tenant-b}"
 
 
 def _slot(key: str) -> str:
@@ -33,10 +30,9 @@ def _slot(key: str) -> str:
     return key[start + 1 : end] if start >= 0 and end > start + 1 else key
 
 
-def test_a_sessions_keys_share_a_slot_and_so_do_a_prefixs_reviews() -> None:
+def test_a_sessions_keys_share_a_slot() -> None:
     session = [K.session("s1"), K.task_queue("s1"), K.tasks("s1"), K.task_expiry("s1")]
     assert {_slot(k) for k in session} == {"s1"}
-    assert {_slot(K.review("r1")), _slot(K.review("r2")), _slot(K.review_queue())} == {"amber"}
 
 
 @pytest.mark.parametrize(
@@ -47,7 +43,6 @@ def test_a_sessions_keys_share_a_slot_and_so_do_a_prefixs_reviews() -> None:
         (K.tasks, "session_id"),
         (K.task_expiry, "session_id"),
         (K.task_session, "task_id"),
-        (K.review, "review_id"),
     ],
 )
 @pytest.mark.parametrize("bad", ["", "s*", "s:1", "{s}", "s?"])

@@ -1,15 +1,16 @@
-"""Reviews and the review queue against real Redis: stored until expires_at, then missing;
-decided once."""
+"""The persistence module's reviews: amber's reviews in PostgreSQL, under the module's
+prefix; stored until expires_at, then missing; decided once, here or in the one queue."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import orjson
+import psycopg
 import pytest
-import redis
 
+import amber
 from amber import AmberError, NotFound
 from amber.persistence import (
     PersistenceManager,
@@ -19,7 +20,7 @@ from amber.persistence import (
     ValidationError,
 )
 
-from .conftest import DAY_MS, keys_under
+from ..conftest import Engines
 
 HOURS_2 = timedelta(hours=2)
 
@@ -35,6 +36,28 @@ def review(rid: str, expires_in: timedelta = HOURS_2, **change: object) -> dict[
     }
 
 
+@pytest.fixture
+def pg(engines: Engines) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    with psycopg.connect(engines.database_url, autocommit=True) as conn:
+        yield conn
+
+
+def rows(pg: psycopg.Connection[tuple[object, ...]], scope: str) -> list[tuple[object, ...]]:
+    """Every stored review of ``scope``, as (review_id, status), expired ones too."""
+    return pg.execute(
+        "SELECT review_id, status FROM reviews WHERE scope = %s ORDER BY review_id", (scope,)
+    ).fetchall()
+
+
+def age(pg: psycopg.Connection[tuple[object, ...]], scope: str, rid: str) -> None:
+    """Move a review's expires_at just into the past (the row stays)."""
+    pg.execute(
+        "UPDATE reviews SET deadline = NOW() - INTERVAL '1 second' WHERE scope = %s"
+        " AND review_id = %s",
+        (scope, rid),
+    )
+
+
 async def test_save_then_get(pm: PersistenceManager) -> None:
     stored = await pm.save_review(review("r1"))
     got = await pm.get_review("r1")
@@ -43,52 +66,55 @@ async def test_save_then_get(pm: PersistenceManager) -> None:
     assert await pm.get_review("nothing") is None
 
 
-async def test_review_lives_until_expires_at(pm: PersistenceManager, raw: redis.Redis) -> None:
+async def test_expires_at_and_its_24h_default_are_kept(pm: PersistenceManager) -> None:
     stored = await pm.save_review(review("r1", timedelta(hours=2)))
-    left_ms = stored.expires_at_ms() - datetime.now(UTC).timestamp() * 1000
-    assert abs(raw.pttl(pm.keys.review("r1")) - left_ms) < 60_000
+    got = await pm.get_review("r1")
+    assert got is not None and got.expires_at == stored.expires_at
+    await pm.save_review({"review_id": "r2", "task_id": "t1", "confidence": 0.5})
+    default = await pm.get_review("r2")
+    assert default is not None
+    left = (default.expires_at - datetime.now(UTC)).total_seconds()
+    assert 24 * 3600 - 60 < left <= 24 * 3600
 
 
-async def test_default_expiry_is_24h(pm: PersistenceManager, raw: redis.Redis) -> None:
-    await pm.save_review({"review_id": "r1", "task_id": "t1", "confidence": 0.5})
-    assert DAY_MS - 60_000 < raw.pttl(pm.keys.review("r1")) <= DAY_MS
-
-
-async def test_a_review_past_expires_at_is_missing_even_if_redis_holds_it(
-    pm: PersistenceManager, raw: redis.Redis
+async def test_a_review_past_expires_at_is_missing_even_if_its_row_is_there(
+    pm: PersistenceManager, pg: psycopg.Connection[tuple[object, ...]], prefix: str
 ) -> None:
-    stored = await pm.save_review(review("r1"))
-    past = stored.model_copy(update={"expires_at": datetime.now(UTC) - timedelta(seconds=1)})
-    raw.set(pm.keys.review("r1"), orjson.dumps(past.model_dump()))  # no TTL: Redis keeps it
-    assert raw.exists(pm.keys.review("r1"))
+    await pm.save_review(review("r1"))
+    age(pg, prefix, "r1")
+    assert rows(pg, prefix) == [("r1", "pending")]
     assert await pm.get_review("r1") is None
     assert await pm.list_reviews() == []
+    assert await pm.remove_review("r1") is False
 
 
 async def test_an_already_expired_review_is_refused(
-    pm: PersistenceManager, raw: redis.Redis, prefix: str
+    pm: PersistenceManager, pg: psycopg.Connection[tuple[object, ...]], prefix: str
 ) -> None:
     with pytest.raises(ValidationError, match="expires_at") as info:
         await pm.save_review(review("r1", timedelta(seconds=-1)))
     assert info.value.field == "expires_at"  # type: ignore[attr-defined]
-    assert keys_under(raw, prefix) == []
+    assert rows(pg, prefix) == []
 
 
 async def test_invalid_reviews_name_the_field_and_write_nothing(
-    pm: PersistenceManager, raw: redis.Redis, prefix: str
+    pm: PersistenceManager, pg: psycopg.Connection[tuple[object, ...]], prefix: str
 ) -> None:
     for change, field in [
         ({"confidence": 1.01}, "confidence"),
         ({"review_id": "r:1"}, "review_id"),
         ({"expires_at": "2026-02-07 21:00"}, "expires_at"),
+        ({"payload": {"text": "nul\x00"}}, "payload"),
     ]:
         with pytest.raises(ValidationError) as info:
             await pm.save_review(review("r1", **change))
         assert info.value.field == field  # type: ignore[attr-defined]
-    assert keys_under(raw, prefix) == []
+    assert rows(pg, prefix) == []
 
 
-async def test_list_soonest_first_and_remove(pm: PersistenceManager, raw: redis.Redis) -> None:
+async def test_list_soonest_first_and_remove(
+    pm: PersistenceManager, pg: psycopg.Connection[tuple[object, ...]], prefix: str
+) -> None:
     assert await pm.list_reviews() == []
     for rid, hours in (("late", 5), ("soon", 1), ("mid", 3)):
         await pm.save_review(review(rid, timedelta(hours=hours)))
@@ -97,18 +123,25 @@ async def test_list_soonest_first_and_remove(pm: PersistenceManager, raw: redis.
     assert await pm.remove_review("mid") is True
     assert await pm.remove_review("mid") is False
     assert await pm.get_review("mid") is None
-    raw.delete(pm.keys.review("late"))  # gone from under the queue (e.g. expired)
+    age(pg, prefix, "late")
     assert [r.review_id for r in await pm.list_reviews()] == ["soon"]
-    assert raw.zrange(pm.keys.review_queue(), 0, -1) == [b"soon"]
 
 
-async def test_queue_entries_past_expiry_are_trimmed_on_save(
-    pm: PersistenceManager, raw: redis.Redis
+async def test_saving_again_replaces_and_expired_rows_are_dropped_on_save(
+    pm: PersistenceManager, pg: psycopg.Connection[tuple[object, ...]], prefix: str
 ) -> None:
-    queue = pm.keys.review_queue()
-    raw.zadd(queue, {"stale": 1_000})  # an entry whose expires_at passed long ago
+    await pm.save_review(review("r1"))
+    await pm.save_review(review("r1", confidence=0.9))
+    got = await pm.get_review("r1")
+    assert got is not None and got.confidence == 0.9
+    await pm.save_review(review("stale"))
+    pg.execute(
+        "UPDATE reviews SET deadline = NOW() - INTERVAL '2 minutes' WHERE scope = %s"
+        " AND review_id = 'stale'",
+        (prefix,),
+    )
     await pm.save_review(review("fresh"))
-    assert raw.zrange(queue, 0, -1) == [b"fresh"]
+    assert rows(pg, prefix) == [("fresh", "pending"), ("r1", "pending")]
 
 
 async def test_kind_and_payload_are_stored(pm: PersistenceManager) -> None:
@@ -119,10 +152,10 @@ async def test_kind_and_payload_are_stored(pm: PersistenceManager) -> None:
     assert (got.kind, got.payload, got.decision) == ("tool_call", payload, None)
 
 
-async def test_decide_once(pm: PersistenceManager, raw: redis.Redis) -> None:
+async def test_decide_once(pm: PersistenceManager) -> None:
     await pm.save_review(review("r1"))
     await pm.save_review(review("r2"))
-    before = raw.pttl(pm.keys.review("r1"))
+    before = await pm.get_review("r1")
     decided = await pm.decide("r1", "approved", by="alice", comment="looks right")
     assert (decided.decision, decided.decided_by, decided.comment) == (
         "approved",
@@ -132,9 +165,8 @@ async def test_decide_once(pm: PersistenceManager, raw: redis.Redis) -> None:
     assert decided.decided_at is not None
     assert abs((decided.decided_at - datetime.now(UTC)).total_seconds()) < 60
     assert await pm.get_review("r1") == decided  # still readable, until expires_at
-    assert abs(raw.pttl(pm.keys.review("r1")) - before) < 60_000
+    assert before is not None and decided.expires_at == before.expires_at
     assert [r.review_id for r in await pm.list_reviews()] == ["r2"]  # no longer pending
-    assert raw.zrange(pm.keys.review_queue(), 0, -1) == [b"r2"]
 
 
 async def test_deciding_twice_is_refused_and_the_first_decision_stands(
@@ -162,25 +194,22 @@ async def test_concurrent_decisions_let_exactly_one_win(pm: PersistenceManager) 
 
 
 async def test_deciding_an_unknown_or_expired_review_is_not_found(
-    pm: PersistenceManager, raw: redis.Redis, prefix: str
+    pm: PersistenceManager, pg: psycopg.Connection[tuple[object, ...]], prefix: str
 ) -> None:
     with pytest.raises(ReviewNotFound) as info:
         await pm.decide("ghost", "approved", by="alice")
     assert isinstance(info.value, NotFound) and info.value.review_id == "ghost"  # type: ignore[attr-defined]
-    assert keys_under(raw, prefix) == []
-    stored = await pm.save_review(review("old"))
-    past = stored.model_copy(update={"expires_at": datetime.now(UTC) - timedelta(seconds=1)})
-    raw.set(pm.keys.review("old"), orjson.dumps(past.model_dump()))  # no TTL: Redis keeps it
+    await pm.save_review(review("old"))
+    age(pg, prefix, "old")
     with pytest.raises(ReviewNotFound):
         await pm.decide("old", "approved", by="alice")
-    assert raw.get(pm.keys.review("old")) == orjson.dumps(past.model_dump())
+    assert rows(pg, prefix) == [("old", "pending")]
 
 
 async def test_bad_decisions_name_the_argument_and_change_nothing(
-    pm: PersistenceManager, raw: redis.Redis
+    pm: PersistenceManager, pg: psycopg.Connection[tuple[object, ...]], prefix: str
 ) -> None:
     await pm.save_review(review("r1"))
-    before = raw.get(pm.keys.review("r1"))
     for decision, by, field in [
         ("expired", "alice", "decision"),
         ("APPROVED", "alice", "decision"),
@@ -194,7 +223,7 @@ async def test_bad_decisions_name_the_argument_and_change_nothing(
         assert info.value.field == field, (decision, by)  # type: ignore[attr-defined]
     with pytest.raises(ValidationError, match="comment"):
         await pm.decide("r1", "approved", by="alice", comment=7)  # type: ignore[arg-type]
-    assert raw.get(pm.keys.review("r1")) == before
+    assert rows(pg, prefix) == [("r1", "pending")]
     assert [r.review_id for r in await pm.list_reviews()] == ["r1"]
 
 
@@ -204,3 +233,41 @@ async def test_a_review_saved_with_a_decision_is_not_pending(pm: PersistenceMana
     assert await pm.list_reviews() == []
     with pytest.raises(ReviewAlreadyDecided):
         await pm.decide("r1", "approved", by="alice")
+
+
+async def test_a_task_review_is_in_the_one_queue_and_decided_once_there(
+    pm: PersistenceManager, stack: amber.Stack, prefix: str
+) -> None:
+    await pm.save_review(review("r1", kind="tool_call", payload={"tool": "send"}))
+    queued = stack.reviews.list("pending", scope=prefix)
+    assert [(r.ref, r.task_id, r.analysis_id) for r in queued] == [
+        (f"{prefix}:r1", "task_xyz789", None)
+    ]
+    assert f"{prefix}:r1" in [r.ref for r in stack.reviews.list("pending", limit=None)]
+    decided = stack.reviews.approve(f"{prefix}:r1", "carol", comment="fine")
+    assert (decided.status, decided.decided_by) == ("approved", "carol")
+    got = await pm.get_review("r1")
+    assert got is not None and (got.decision, got.decided_by, got.comment) == (
+        "approved",
+        "carol",
+        "fine",
+    )
+    with pytest.raises(ReviewAlreadyDecided):
+        await pm.decide("r1", "rejected", by="alice")
+    with pytest.raises(ReviewAlreadyDecided):
+        stack.reviews.reject(f"{prefix}:r1", "dave")
+
+
+async def test_the_same_id_under_two_prefixes_are_two_reviews(
+    pm: PersistenceManager, stack: amber.Stack, engines: Engines, prefix: str
+) -> None:
+    other = f"{prefix}-b"
+    async with PersistenceManager(engines.redis_url, prefix=other) as pm2:
+        await pm.save_review(review("same"))
+        await pm2.save_review(review("same", confidence=0.1))
+        await pm2.decide("same", "rejected", by="bob")
+    got = await pm.get_review("same")
+    assert got is not None and got.decision is None
+    with pytest.raises(amber.InvalidValue, match=f"{prefix}:same"):
+        stack.reviews.get("same")  # a bare id in two scopes: the error names both
+    assert stack.reviews.get(f"{other}:same").status == "rejected"

@@ -1,5 +1,5 @@
 """The runtime's command line on real servers: ``amber worker``, ``submit``, ``analyses
-show|retry``, ``resume``, ``steps in-doubt|resolve`` and ``reviews pending|approve|reject``.
+show|retry``, ``resume``, ``steps in-doubt|resolve`` and ``reviews list|approve|reject``.
 
 Commands run in this process through Typer's runner, except where a process must really
 die (an at-most-once step killed with SIGKILL) or run until signalled (``amber worker``).
@@ -283,11 +283,11 @@ def paused_for_review(stack: amber.Stack, text: str) -> tuple[str, str]:
     out = ok(amber_cli("resume", aid, *APP))
     assert "awaiting_review" in out
     assert stack.analyses.get(aid).status == "paused"
-    listed = ok(amber_cli("reviews", "pending", "--analysis", aid))
+    listed = ok(amber_cli("reviews", "list", "--analysis", aid))
     (review,) = stack.reviews.list("pending", aid)
     assert review.review_id in listed and "publish" in listed and f'"draft":"{text}"' in listed
     assert "1 pending review(s)" in listed
-    assert review.review_id in ok(amber_cli("reviews", "pending"))
+    assert review.review_id in ok(amber_cli("reviews", "list"))
     return aid, review.review_id
 
 
@@ -306,7 +306,7 @@ def test_an_approved_review_is_delivered_once_and_the_analysis_continues(
     assert "review is already approved; its decision stands" in line
     line = one_error_line(amber_cli("reviews", "reject", rid))
     assert "review is already approved" in line
-    assert "0 pending review(s)" in ok(amber_cli("reviews", "pending", "--analysis", aid))
+    assert "0 pending review(s)" in ok(amber_cli("reviews", "list", "--analysis", aid))
 
     ok(amber_cli("resume", aid, *APP))
     report = show(aid)
@@ -356,8 +356,10 @@ BAD = [
     (["steps", "resolve", NO_SUCH_ID], "give exactly one of --rerun and --skip"),
     (["steps", "resolve", NO_SUCH_ID, "--rerun", "--skip"], "give exactly one of --rerun"),
     (["steps", "resolve", NO_SUCH_ID, "--skip", "--result", "/nonexistent/r.json"], "No such"),
-    (["reviews", "pending", "--analysis", "nope"], "analysis_id is not a UUID"),
-    (["reviews", "approve", "nope"], "review_id is not a UUID"),
+    (["reviews", "list", "--analysis", "nope"], "analysis_id is not a UUID"),
+    (["reviews", "approve", "nope"], "no review with this id"),
+    (["reviews", "approve", "a:b:c"], "review_id contains ':'"),
+    (["reviews", "list", "--status", "maybe"], "status must be one of"),
     (["reviews", "approve", NO_SUCH_ID], "no review with this id"),
     (["reviews", "reject", NO_SUCH_ID], "no review with this id"),
     (["reviews", "approve", NO_SUCH_ID, "--data", "{"], "data is not JSON"),

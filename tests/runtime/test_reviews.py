@@ -119,8 +119,10 @@ def test_review_bad_input_is_refused_and_changes_nothing(
 ) -> None:
     with pytest.raises(amber.ReviewNotFound):
         stack.reviews.approve(uuid.uuid4(), "alice")
-    with pytest.raises(amber.InvalidIdentifier):
+    with pytest.raises(amber.ReviewNotFound):  # a task's review may have any safe id
         stack.reviews.approve("not-a-uuid", "alice")
+    with pytest.raises(amber.InvalidIdentifier):
+        stack.reviews.approve("scope:id:more", "alice")
     app, writer, _ = _reviewed_app(new_app, name)
     aid = app.submit(stack, [writer], {"topic": "AMZN"})
     app.run(stack, aid)

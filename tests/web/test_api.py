@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import amber
 from amber.examples import app as examples_app
+from amber.persistence import SyncPersistenceManager
 
-from ..conftest import on_cluster
+from ..conftest import Engines, on_cluster
 from . import apps
 from .conftest import Served, status_of, wait_until
 
@@ -82,6 +84,30 @@ def test_a_review_waits_and_its_approval_continues_the_analysis(served: Served) 
     }
     again = served.change(f"/api/reviews/{review['review_id']}/reject")
     assert again.status_code == 409 and "already approved" in again.json()["error"]
+
+
+def test_a_task_review_of_the_sessions_module_is_in_the_one_queue(
+    served: Served, engines: Engines, uid: Callable[[str], str]
+) -> None:
+    scope = f"{engines.prefix}-{uid('api')}"
+    with SyncPersistenceManager(engines.redis_url, prefix=scope) as pm:
+        pm.save_review({"review_id": "rev_1", "task_id": "t1", "confidence": 0.5, "kind": "x"})
+        (listed,) = served.client.get("/api/reviews", params={"scope": scope}).json()
+        assert (listed["ref"], listed["task_id"], listed["analysis_id"]) == (
+            f"{scope}:rev_1",
+            "t1",
+            None,
+        )
+        everything = served.client.get("/api/reviews", params={"limit": 500}).json()
+        assert f"{scope}:rev_1" in [r["ref"] for r in everything]
+        approved = served.change(f"/api/reviews/{scope}:rev_1/approve", {"comment": "ok"})
+        assert approved.status_code == 200 and approved.json()["status"] == "approved"
+        again = served.change(f"/api/reviews/{scope}:rev_1/reject")
+        assert again.status_code == 409 and "already approved" in again.json()["error"]
+        decided = pm.get_review("rev_1")
+        assert decided is not None and (decided.decision, decided.comment) == ("approved", "ok")
+    assert served.client.get("/api/reviews", params={"scope": "a*"}).status_code == 400
+    assert served.client.get("/api/sessions-reviews").status_code == 404
 
 
 def test_pause_waits_for_the_runner_then_resume_finishes(served: Served) -> None:

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import amber
+from amber.persistence import SyncPersistenceManager
 
+from ..conftest import Engines
 from . import apps
 from .conftest import Served, status_of, wait_until
 
@@ -102,20 +104,34 @@ def test_submit_pause_on_quota_resume_and_complete(served: Served, market: Any, 
     _shot(page, "analyses.png")
 
 
-def test_approve_a_review_and_the_analysis_continues(served: Served, page: Any) -> None:
+def test_approve_a_review_and_the_analysis_continues(
+    served: Served, page: Any, engines: Engines, uid: Callable[[str], str]
+) -> None:
     body = {"definition": apps.REVIEWED, "input": {"ticker": "NVDA"}}
     made = served.change("/api/analyses", body)
     aid = made.json()["analysis_id"]
-    wait_until(lambda: status_of(served, aid)["status"] == "paused", what="the review pause")
-    page.goto(served.url + "/#/reviews")
-    card = page.locator(".review", has_text=aid[:8])
-    card.wait_for()
-    assert "Note on NVDA" in card.inner_text()
-    _shot(page, "reviews.png")
-    card.get_by_role("button", name="Approve").click()
-    _confirm(page, "looks right")
-    wait_until(lambda: status_of(served, aid)["status"] == "completed", what="the analysis to end")
-    page.locator(".review", has_text=aid[:8]).wait_for(state="detached")
+    scope = f"{engines.prefix}-{uid('web')}"
+    with SyncPersistenceManager(engines.redis_url, prefix=scope) as pm:
+        pm.save_review({"review_id": "rev_web", "task_id": "t9", "confidence": 0.4})
+        wait_until(lambda: status_of(served, aid)["status"] == "paused", what="the review pause")
+        page.goto(served.url + "/#/reviews")
+        card = page.locator(".review", has_text=aid[:8])
+        card.wait_for()
+        assert "Note on NVDA" in card.inner_text()
+        task_card = page.locator(f'.review[data-review="{scope}:rev_web"]')
+        assert "task t9 · confidence 0.40" in task_card.inner_text()  # one queue: both kinds
+        _shot(page, "reviews.png")
+        task_card.get_by_role("button", name="Approve").click()
+        _confirm(page, "fine")
+        task_card.wait_for(state="detached")
+        decided = pm.get_review("rev_web")
+        assert decided is not None and (decided.decision, decided.decided_by) == ("approved", "web")
+        card.get_by_role("button", name="Approve").click()
+        _confirm(page, "looks right")
+        wait_until(
+            lambda: status_of(served, aid)["status"] == "completed", what="the analysis to end"
+        )
+        page.locator(".review", has_text=aid[:8]).wait_for(state="detached")
     page.goto(f"{served.url}/#/analysis/{aid}")
     page.locator(".toolbar .badge.completed").wait_for()
     result = status_of(served, aid)["agents"][0]["result"]

@@ -99,8 +99,16 @@ def checkpoint_id(stack: Stack, text: str) -> str:
 
 
 def review_id(stack: Stack, text: str) -> str:
-    """A review id given whole or by a unique prefix."""
-    return _resolve(text, "review_id", stack.reviews.ids_like, ReviewNotFound)
+    """A review given by its reference: an analysis's review id whole or by a unique
+    prefix, a task's review as ``scope:id`` or by its id alone (``Reviews.get`` says if
+    that id is in several scopes)."""
+    try:
+        prefix = uuid_prefix(text, "review_id")
+    except InvalidIdentifier:
+        return text  # a task's review: its id is its saver's, looked up whole
+    if len(prefix) == 36:
+        return prefix
+    return choose(prefix, stack.reviews.ids_like(prefix, SHOWN + 1), "review_id", ReviewNotFound)
 
 
 def step_id(stack: Stack, text: str) -> str:

@@ -19,13 +19,16 @@ from amber.cli import ids
 from amber.cli.app import OPTIONS, app, console, friendly
 from amber.cli.ids import uuid_prefix
 from amber.cli.output import AnalysisFilter, Col, JsonFlag, print_json, table
-from amber.cli.sessions import reviews_app
 from amber.errors import InvalidValue
 from amber.keys import check_reason
 
 if TYPE_CHECKING:
     from amber.runtime.app import App
+    from amber.runtime.reviews import Review
     from amber.stack import Stack
+
+reviews_app = typer.Typer(help="Reviews waiting for a person: one queue.", no_args_is_help=True)
+app.add_typer(reviews_app, name="reviews")
 
 DEFAULT_APP = "amber.examples:app"
 
@@ -291,9 +294,13 @@ def resolve(
 # -- reviews approve | reject -------------------------------------------------------------
 def _decide(review_id: str, outcome: str, by: str, comment: str | None, data: str | None) -> None:
     value = _json_arg(data, "data")
-    uuid_prefix(review_id, "review_id")
     with OPTIONS.stack() as stack:
         review = stack.reviews.decide(ids.review_id(stack, review_id), outcome, by, comment, value)
+    if review.analysis_id is None:
+        console.print(
+            f"review {review.ref} of task {review.task_id} {review.status}", highlight=False
+        )
+        return
     console.print(
         f"review {review.review_id} ({review.kind}) {review.status}; analysis"
         f" {review.analysis_id} continues when a worker (or amber resume) runs it",
@@ -301,7 +308,9 @@ def _decide(review_id: str, outcome: str, by: str, comment: str | None, data: st
     )
 
 
-ReviewArg = Annotated[str, typer.Argument(help="A review id or a unique prefix of one.")]
+ReviewArg = Annotated[
+    str, typer.Argument(help="A review id (or a unique prefix of one), or a task's scope:id.")
+]
 Comment = Annotated[str | None, typer.Option(help="A note for the record.")]
 Data = Annotated[str | None, typer.Option(help="JSON handed to the waiting step.")]
 
@@ -324,42 +333,59 @@ def reject(
     _decide(review_id, "rejected", by, comment, data)
 
 
-@reviews_app.command("pending")
+ReviewStatus = Annotated[
+    str | None,
+    typer.Option(help="pending (default), approved, rejected, expired, or all."),
+]
+Scope = Annotated[
+    str | None,
+    typer.Option(help="Only the sessions module's reviews saved under this key prefix."),
+]
+
+
+@reviews_app.command("list")
 @friendly
-def pending(
+def list_reviews(
+    status: ReviewStatus = "pending",
     analysis: AnalysisFilter = None,
+    scope: Scope = None,
     limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 100,
     as_json: JsonFlag = False,
 ) -> None:
-    """Reviews analyses wait for, oldest first."""
+    """Reviews waiting for a person (or decided ones, with --status): those analyses wait
+    for and those the sessions module saved, in one queue, oldest first."""
     resolve = ids.analysis_filter(analysis)
+    wanted = None if status == "all" else status
     with OPTIONS.stack() as stack:
-        rows = stack.reviews.list("pending", resolve(stack), limit)
+        rows = stack.reviews.list(wanted, resolve(stack), limit, scope=scope)
     if as_json:
         print_json([r.as_dict() for r in rows])
         return
-    shown = []
-    for r in rows:
-        payload = orjson.dumps(r.payload).decode()
-        shown.append(
-            [
-                r.review_id,
-                r.analysis_id,
-                r.agent_type,
-                r.kind,
-                r.deadline.strftime("%Y-%m-%d %H:%M:%S") if r.deadline else "-",
-                payload if len(payload) <= 120 else payload[:117] + "...",
-            ]
-        )
     table(
         [
-            Col("review_id", "id"),
-            Col("analysis", "id"),
-            Col("agent"),
+            Col("review", "id"),
+            Col("waits", "id"),
             Col("kind"),
+            Col("status"),
             Col("deadline"),
             Col("payload", "text"),
         ],
-        shown,
+        [_review_row(r) for r in rows],
     )
-    console.print(f"{len(rows)} pending review(s)")
+    console.print(f"{len(rows)} {wanted or 'listed'} review(s)")
+
+
+def _review_row(r: Review) -> list[str]:
+    payload = orjson.dumps(r.payload).decode()
+    if r.analysis_id is not None:
+        waits = f"analysis {r.analysis_id} ({r.agent_type})"
+    else:
+        waits = f"task {r.task_id} (confidence {r.confidence:.2f})"
+    return [
+        r.ref,
+        waits,
+        r.kind or "-",
+        r.status,
+        r.deadline.strftime("%Y-%m-%d %H:%M:%S") if r.deadline else "-",
+        payload if len(payload) <= 120 else payload[:117] + "...",
+    ]

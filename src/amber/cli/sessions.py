@@ -1,4 +1,6 @@
-"""``amber sessions list|show`` and ``amber reviews list``: the persistence module's queues."""
+"""``amber sessions list|show``: the persistence module's sessions and their queued tasks.
+
+Its reviews are amber's reviews: ``amber reviews list`` (``amber.cli.runtime``) shows them."""
 
 from __future__ import annotations
 
@@ -16,9 +18,7 @@ if TYPE_CHECKING:
     from amber.persistence import PersistenceManager
 
 sessions_app = typer.Typer(help="Agent sessions and their task queues.", no_args_is_help=True)
-reviews_app = typer.Typer(help="Reviews waiting for a human.", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
-app.add_typer(reviews_app, name="reviews")
 
 T = TypeVar("T")
 
@@ -99,21 +99,3 @@ def show_session(session_id: str, as_json: JsonFlag = False) -> None:
         rows,
     )
     console.print(f"{len(tasks)} queued task(s)")
-
-
-@reviews_app.command("list")
-@friendly
-def list_reviews(limit: Limit = 100, as_json: JsonFlag = False) -> None:
-    """List the persistence module's pending reviews, soonest to expire first."""
-    reviews = _with_manager(lambda pm: pm.list_reviews(limit))
-    if as_json:
-        print_json([r.model_dump(mode="json") for r in reviews])
-        return
-    table(
-        [Col("review_id", "id"), Col("task_id", "id"), Col("confidence"), Col("expires_at")],
-        [
-            [r.review_id, r.task_id, f"{r.confidence:.2f}", r.expires_at.isoformat()]
-            for r in reviews
-        ],
-    )
-    console.print(f"{len(reviews)} pending review(s)")

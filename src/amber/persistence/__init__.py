@@ -1,4 +1,8 @@
-"""Sessions, task queues and review queues of agents in Redis, with optimistic concurrency.
+"""Sessions and task queues of agents in Redis, with optimistic concurrency, and their reviews.
+
+Reviews are amber's one review queue in PostgreSQL (the database of ``AMBER_DATABASE_URL``
+or ``database_url``, else the embedded one), so they show in ``amber reviews list``, the
+API and the dashboard beside the reviews analyses wait for.
 
 from amber.persistence import PersistenceManager, SyncPersistenceManager
 async with PersistenceManager(redis_url="redis://localhost:6379/0") as pm:

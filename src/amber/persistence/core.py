@@ -10,20 +10,17 @@ run these plans; the contract of each method is documented here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from amber import defaults
 from amber.errors import (
-    ReviewAlreadyDecided,
-    ReviewNotFound,
     SessionNotFoundError,
     ValidationError,
     VersionConflictError,
 )
 from amber.keys import Keys, check_id
 from amber.persistence.calls import Get, MGet, Plan, Run, Score
-from amber.persistence.models import ReviewItem, Session, Task, Verdict, dump, load, parse
+from amber.persistence.models import Session, Task, dump, load, parse
 
 Document = Mapping[str, Any]
 
@@ -47,7 +44,8 @@ def ttl_ms(seconds: object, name: str) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _limit(limit: object) -> int:
+def check_limit(limit: object) -> int:
+    """A listing's ``limit`` checked: 0 (all) or a positive integer."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValidationError("limit must be 0 (all) or a positive integer", field="limit")
     return min(limit, defaults.BIGINT_MAX)
@@ -62,7 +60,7 @@ PAGE = 500
 
 
 class Core:
-    """Sessions, tasks and reviews under one key prefix, as plans of Redis calls."""
+    """Sessions and tasks under one key prefix, as plans of Redis calls."""
 
     def __init__(
         self, keys: Keys, session_ttl_ms: int, task_ttl_ms: int, *, cluster: bool = False
@@ -124,7 +122,7 @@ class Core:
         Index entries whose session is gone are skipped; they leave the index when
         their score (the latest the session could expire) passes.
         """
-        count = _limit(limit)
+        count = check_limit(limit)
         listed = yield Run("session_ids", [self.keys.session_index()], [])
         ids = [text(i) for i in listed]
         found: list[Session] = []
@@ -235,103 +233,3 @@ class Core:
         if code == -1:
             raise SessionNotFoundError("no such session", session_id=session_id)
         return [load(Task, b) for b in bodies]
-
-    # -- reviews ------------------------------------------------------------------------
-    def save_review(self, review: ReviewItem | Document) -> Plan[ReviewItem]:
-        """Store a review until its ``expires_at``; returns it as stored.
-
-        A pending review (no ``decision``) is queued; a decided one is not. A review
-        whose ``expires_at`` has already passed is refused (``ValidationError``
-        naming ``expires_at``).
-        """
-        checked = parse(ReviewItem, review)
-        if checked.expired():
-            raise ValidationError(
-                f"invalid review: expires_at: {checked.expires_at.isoformat()} has passed",
-                field="expires_at",
-                review_id=checked.review_id,
-            )
-        pending = "1" if checked.decision is None else "0"
-        yield Run(
-            "save_review",
-            [self.keys.review(checked.review_id), self.keys.review_queue()],
-            [dump(checked), checked.expires_at_ms(), checked.review_id, pending],
-        )
-        return checked
-
-    def get_review(self, review_id: str) -> Plan[ReviewItem | None]:
-        """The stored review, decided or not, or None if it does not exist or its
-        ``expires_at`` has passed."""
-        raw = yield Get(self.keys.review(review_id))
-        return None if raw is None else _live(load(ReviewItem, raw))
-
-    def list_reviews(self, limit: int = 0) -> Plan[list[ReviewItem]]:
-        """Pending reviews, soonest ``expires_at`` first (``limit`` 0: all).
-
-        Entries that have expired or were removed are dropped from the queue.
-        """
-        count = _limit(limit)
-        queue = self.keys.review_queue()
-        listed = yield Run("review_ids", [queue], [])
-        ids = [text(i) for i in listed]
-        found: list[ReviewItem] = []
-        for start in range(0, len(ids), PAGE):
-            page = ids[start : start + PAGE]
-            keys = [queue, *(self.keys.review(rid) for rid in page)]
-            bodies = yield Run("read_reviews", keys, page)
-            reviews = (load(ReviewItem, b) for b in bodies)
-            found += [r for r in reviews if r.decision is None and not r.expired()]
-            if count and len(found) >= count:
-                return found[:count]
-        return found
-
-    def remove_review(self, review_id: str) -> Plan[bool]:
-        """Remove a review and its queue entry; False if there was none."""
-        keys = [self.keys.review(review_id), self.keys.review_queue()]
-        removed = yield Run("remove_review", keys, [review_id])
-        return bool(removed)
-
-    def decide(
-        self, review_id: str, decision: str, by: str, comment: str | None = None
-    ) -> Plan[ReviewItem]:
-        """Record ``decision`` (``approved`` or ``rejected``) by ``by`` on a review, once.
-
-        Returns the decided review, which leaves the pending queue and stays readable
-        with ``get_review`` until its ``expires_at``. Raises ``ReviewNotFound`` if the
-        review does not exist or has expired, ``ReviewAlreadyDecided`` (with the
-        stored ``decision``) if it was decided before, by this call's rival too.
-        """
-        verdict = parse(Verdict, {"decision": decision, "by": by, "comment": comment})
-        keys = [self.keys.review(review_id), self.keys.review_queue()]
-        raw = yield Get(keys[0])
-        while True:  # again only if the review was saved again in between
-            current = None if raw is None else _live(load(ReviewItem, raw))
-            if current is None:
-                raise ReviewNotFound(
-                    "no such review, or its expires_at has passed", review_id=review_id
-                )
-            if current.decision is not None:
-                raise ReviewAlreadyDecided(
-                    f"review was already {current.decision}; the first decision stands",
-                    review_id=review_id,
-                    decision=current.decision,
-                    decided_by=current.decided_by,
-                )
-            decided = current.model_copy(
-                update={
-                    "decision": verdict.decision,
-                    "decided_by": verdict.by,
-                    "decided_at": datetime.now(UTC),
-                    "comment": verdict.comment,
-                }
-            )
-            code, *rest = yield Run(
-                "decide_review", keys, [raw, dump(decided), decided.expires_at_ms(), review_id]
-            )
-            if code == 1:
-                return decided
-            raw = rest[0] if code == 0 else None
-
-
-def _live(review: ReviewItem) -> ReviewItem | None:
-    return None if review.expired() else review

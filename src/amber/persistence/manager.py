@@ -1,12 +1,15 @@
-"""``PersistenceManager``: sessions, task queues and review queues in Redis, on asyncio.
+"""``PersistenceManager``: sessions and task queues in Redis, and reviews, on asyncio.
 
-Each method runs one of ``amber.persistence.core``'s plans, awaiting every call it
-makes on a ``redis.asyncio`` client. A write that checks something first (a version,
-that a session exists) is one Lua script, so no other client can act in between.
+Each session and task method runs one of ``amber.persistence.core``'s plans, awaiting
+every call it makes on a ``redis.asyncio`` client. The review methods are amber's
+reviews in PostgreSQL (``Shell``), run in a worker thread. A write that checks
+something first (a version, that a session exists) is one Lua script, so no other
+client can act in between.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -16,6 +19,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 
+from amber.engines.aio import in_thread
 from amber.engines.connect import Flavor
 from amber.persistence.calls import AsyncScript, Done, Plan, advance, reachable
 from amber.persistence.core import Core
@@ -62,7 +66,8 @@ class PersistenceManager(Shell[aioredis.Redis]):
     flavor = Flavor(aioredis.Redis, RedisCluster, ClusterNode, Sentinel, Retry, AsyncScript)
 
     async def close(self) -> None:
-        """Close the connection pool (a client passed in is left open)."""
+        """Close the connection pools (a client passed in is left open)."""
+        await asyncio.to_thread(self.reviews.close)
         if self._owns_client:
             await self.redis.aclose()
 
@@ -82,8 +87,8 @@ class PersistenceManager(Shell[aioredis.Redis]):
     next_task = _awaited(Core.next_task)
     list_tasks = _awaited(Core.list_tasks)
 
-    save_review = _awaited(Core.save_review)
-    get_review = _awaited(Core.get_review)
-    list_reviews = _awaited(Core.list_reviews)
-    remove_review = _awaited(Core.remove_review)
-    decide = _awaited(Core.decide)
+    save_review = in_thread(Shell._save_review)
+    get_review = in_thread(Shell._get_review)
+    list_reviews = in_thread(Shell._list_reviews)
+    remove_review = in_thread(Shell._remove_review)
+    decide = in_thread(Shell._decide)

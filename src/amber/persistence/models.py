@@ -165,7 +165,10 @@ class ReviewItem(BaseModel):
     @field_validator("payload")
     @classmethod
     def _json_payload(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _json_object(value, "payload")
+        _json_object(value, "payload")
+        if b"\\u0000" in orjson.dumps(value):  # reviews are rows in PostgreSQL (jsonb)
+            raise ValueError("payload holds a NUL character, which PostgreSQL cannot store")
+        return value
 
     def expired(self, now: datetime | None = None) -> bool:
         """True once ``expires_at`` has passed."""

@@ -2,11 +2,11 @@
 
 Every script is headed by the ``KEYS[]`` and ``ARGV[]`` it takes and what it
 returns. Every key a script touches is one of its ``KEYS[]``, and all of them
-share a slot (``amber.keys.Keys``: a session's keys carry ``{session_id}``, a
-prefix's reviews ``{prefix}``), so each script runs on Redis Cluster as on one
-server. Operations that span slots (the session index, a task's lookup) are
-several scripts run in turn by ``amber.persistence.core``. Times come from the
-server's clock (``TIME``), so scores and key TTLs agree.
+share a slot (``amber.keys.Keys``: a session's keys carry ``{session_id}``), so
+each script runs on Redis Cluster as on one server. Operations that span slots
+(the session index, a task's lookup) are several scripts run in turn by
+``amber.persistence.core``. Times come from the server's clock (``TIME``), so
+scores and key TTLs agree.
 """
 
 from __future__ import annotations
@@ -227,82 +227,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# -- reviews: every review of a prefix and its review queue share one slot ------------
-SAVE_REVIEW = (
-    """
--- KEYS[1] review key, KEYS[2] review queue (zset: review_id -> expires_at, ms)
--- ARGV[1] review JSON, ARGV[2] expires_at in Unix ms, ARGV[3] review_id,
--- ARGV[4] "1" if the review is pending, "0" if it carries a decision
--- Drops queue entries that have expired, stores the review until expires_at, and
--- queues it if pending (a decided one is taken out of the queue). Returns 1.
-"""
-    + _NOW_MS
-    + """
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
-if ARGV[4] == '1' then
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-else
-  redis.call('ZREM', KEYS[2], ARGV[3])
-end
-return 1
-"""
-)
-
-REVIEW_IDS = (
-    """
--- KEYS[1] review queue
--- Drops entries that have expired; returns the other ids, soonest expires_at first.
-"""
-    + _NOW_MS
-    + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return redis.call('ZRANGE', KEYS[1], 0, -1)
-"""
-)
-
-READ_REVIEWS = """
--- KEYS[1] review queue, KEYS[2..] review keys
--- ARGV[i] the review_id of KEYS[i + 1]
--- Returns the JSON of each review still stored, in order; the queue entries of the others
--- are removed.
-local out = {}
-for i = 2, #KEYS do
-  local body = redis.call('GET', KEYS[i])
-  if body then
-    out[#out + 1] = body
-  else
-    redis.call('ZREM', KEYS[1], ARGV[i - 1])
-  end
-end
-return out
-"""
-
-REMOVE_REVIEW = """
--- KEYS[1] review key, KEYS[2] review queue
--- ARGV[1] review_id
--- Returns 1 if the review or its queue entry existed (both are gone now), else 0.
-local gone = redis.call('DEL', KEYS[1]) + redis.call('ZREM', KEYS[2], ARGV[1])
-if gone > 0 then return 1 end
-return 0
-"""
-
-DECIDE_REVIEW = """
--- KEYS[1] review key, KEYS[2] review queue
--- ARGV[1] the review JSON the decision was made on, ARGV[2] the decided review JSON,
--- ARGV[3] expires_at in Unix ms, ARGV[4] review_id
--- Compare-and-set: writes ARGV[2] only if the stored review is still exactly ARGV[1]
--- (the caller checked it was undecided), keeping its expiry, and takes it out of the
--- queue. Returns {1} decided, {0, stored JSON} the review changed since it was read
--- (decided by someone else, or saved again), {-1} no such review.
-local current = redis.call('GET', KEYS[1])
-if not current then return {-1} end
-if current ~= ARGV[1] then return {0, current} end
-redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
-redis.call('ZREM', KEYS[2], ARGV[4])
-return {1}
-"""
-
 SCRIPTS = {
     "save_session": SAVE_SESSION,
     "index_session": INDEX_SESSION,
@@ -316,10 +240,5 @@ SCRIPTS = {
     "delete_session": DELETE_SESSION,
     "claim_task": CLAIM_TASK,
     "release_task": RELEASE_TASK,
-    "save_review": SAVE_REVIEW,
-    "review_ids": REVIEW_IDS,
-    "read_reviews": READ_REVIEWS,
-    "remove_review": REMOVE_REVIEW,
-    "decide_review": DECIDE_REVIEW,
 }
 """Every script by the name an operation's ``Run`` gives; each shell registers them all."""

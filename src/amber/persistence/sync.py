@@ -52,7 +52,8 @@ class SyncPersistenceManager(Shell[redis.Redis]):
     flavor = Flavor(redis.Redis, RedisCluster, ClusterNode, Sentinel, Retry, Script)
 
     def close(self) -> None:
-        """Close the connection pool (a client passed in is left open)."""
+        """Close the connection pools (a client passed in is left open)."""
+        self.reviews.close()
         if self._owns_client:
             self.redis.close()
 
@@ -72,8 +73,8 @@ class SyncPersistenceManager(Shell[redis.Redis]):
     next_task = _blocking(Core.next_task)
     list_tasks = _blocking(Core.list_tasks)
 
-    save_review = _blocking(Core.save_review)
-    get_review = _blocking(Core.get_review)
-    list_reviews = _blocking(Core.list_reviews)
-    remove_review = _blocking(Core.remove_review)
-    decide = _blocking(Core.decide)
+    save_review = Shell._save_review
+    get_review = Shell._get_review
+    list_reviews = Shell._list_reviews
+    remove_review = Shell._remove_review
+    decide = Shell._decide

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -77,23 +78,35 @@ class Decision:
 
 @dataclass(frozen=True)
 class Review:
-    """One review as stored."""
+    """One review as stored: an analysis's (``scope`` empty) or a task's."""
 
     review_id: str
-    analysis_id: str
-    agent_id: str
-    agent_type: str
-    step_key: str
-    kind: str
+    analysis_id: str | None
+    """The analysis a waiting step paused; None for a task's review."""
+    agent_id: str | None
+    agent_type: str | None
+    step_key: str | None
+    kind: str | None
     payload: Any
     deadline: datetime | None
-    on_deadline: str
+    """A task's review is gone once this has passed (its ``expires_at``)."""
+    on_deadline: str | None
+    """``approve`` or ``reject`` for an analysis's review; None for a task's."""
     status: str
     """``pending``, ``approved``, ``rejected`` or ``expired``."""
     decision: dict[str, Any] | None
     decided_by: str | None
     decided_at: datetime | None
     created_at: datetime
+    scope: str = ""
+    """The sessions module's key prefix a task's review was saved under; empty otherwise."""
+    task_id: str | None = None
+    confidence: float | None = None
+
+    @property
+    def ref(self) -> str:
+        """How the CLI, the API and the dashboard name it: the id, ``scope:id`` for a task's."""
+        return f"{self.scope}:{self.review_id}" if self.scope else self.review_id
 
     def due(self, now: datetime | None = None) -> bool:
         """Pending past its deadline."""
@@ -107,10 +120,14 @@ class Review:
         """JSON-able form."""
         return {
             "review_id": self.review_id,
+            "ref": self.ref,
+            "scope": self.scope,
             "analysis_id": self.analysis_id,
             "agent_type": self.agent_type,
             "agent_id": self.agent_id,
             "step": self.step_key,
+            "task_id": self.task_id,
+            "confidence": self.confidence,
             "kind": self.kind,
             "payload": self.payload,
             "deadline": self.deadline.isoformat() if self.deadline else None,
@@ -122,7 +139,17 @@ class Review:
 
 
 def _review(row: tuple[Any, ...]) -> Review:
-    return Review(str(row[0]), str(row[1]), *row[2:])
+    return Review(row[0], None if row[1] is None else str(row[1]), *row[2:])
+
+
+def split_ref(ref: object) -> tuple[str | None, str]:
+    """``(scope, review_id)`` of a review's reference; scope None when the id came alone."""
+    if isinstance(ref, uuid.UUID):
+        return None, str(ref)
+    if isinstance(ref, str) and ":" in ref:
+        scope, _, rid = ref.partition(":")
+        return check_id(scope, "scope"), check_id(rid, "review_id")
+    return None, check_id(ref, "review_id")
 
 
 def deadline_at(deadline: object) -> datetime | None:
@@ -191,27 +218,57 @@ class Reviews:
         return _review(row)
 
     def get(self, review_id: object) -> Review:
-        """One review; ``ReviewNotFound`` if there is none."""
-        rid = check_uuid(review_id, "review_id")
-        with self.pg.connection() as conn:
-            row = conn.execute(sql.REVIEW, (rid,)).fetchone()
-        if row is None:
+        """One review by its reference (the id, or ``scope:id`` for a task's review);
+        ``ReviewNotFound`` if there is none, ``InvalidValue`` if a bare id is in several
+        scopes."""
+        scope, rid = self._key(review_id)
+        found = self.find(scope, rid)
+        if found is None:
             raise ReviewNotFound("no review with this id", review_id=rid)
-        return _review(row)
+        return found
+
+    def find(self, scope: str, review_id: str) -> Review | None:
+        """The review ``review_id`` of ``scope``, or None (a task's past its deadline too)."""
+        with self.pg.connection() as conn:
+            row = conn.execute(sql.REVIEW, (scope, review_id)).fetchone()
+        return None if row is None else _review(row)
+
+    def _key(self, ref: object) -> tuple[str, str]:
+        scope, rid = split_ref(ref)
+        if scope is not None:
+            return scope, rid
+        with self.pg.connection() as conn:
+            scopes = [r[0] for r in conn.execute(sql.SCOPES_OF, (rid,)).fetchall()]
+        if not scopes:
+            raise ReviewNotFound("no review with this id", review_id=rid)
+        if len(scopes) > 1:
+            refs = ", ".join(f"{s}:{rid}" if s else rid for s in scopes)
+            raise InvalidValue(
+                f"several reviews have the id {rid!r}: name one of {refs}",
+                field="review_id",
+                value=rid,
+            )
+        return scopes[0], rid
 
     def list(
-        self, status: str | None = "pending", analysis_id: object = None, limit: int = 100
-    ) -> list[Review]:
-        """Reviews, oldest first: by default the pending ones."""
+        self,
+        status: str | None = "pending",
+        analysis_id: object = None,
+        limit: int | None = 100,
+        scope: str | None = None,
+    ) -> builtins.list[Review]:
+        """Reviews, by default the pending ones: oldest first; in one ``scope`` (a task's
+        reviews under a key prefix) soonest deadline first. ``limit`` None: all."""
         if status is not None and status not in REVIEW_STATUSES:
             raise InvalidValue(
                 f"status must be one of {', '.join(REVIEW_STATUSES)}", field="status", value=status
             )
         aid = None if analysis_id is None else check_uuid(analysis_id)
+        if scope is not None:
+            scope = check_id(scope, "scope")
+        params = {"status": status, "aid": aid, "limit": limit, "scope": scope}
         with self.pg.connection() as conn:
-            rows = conn.execute(
-                sql.REVIEWS, {"status": status, "aid": aid, "limit": limit}
-            ).fetchall()
+            rows = conn.execute(sql.REVIEWS, params).fetchall()
         return [_review(r) for r in rows]
 
     def count(self, status: str = "pending") -> int:
@@ -221,10 +278,31 @@ class Reviews:
         return int(row[0]) if row else 0
 
     def ids_like(self, prefix: str, limit: int = 5) -> builtins.list[str]:
-        """Review ids that start with ``prefix``, at most ``limit``."""
+        """References of reviews (the id, or ``scope:id``) that start with ``prefix``."""
+        pattern = core_sql.like_prefix(prefix)
         with self.pg.connection() as conn:
-            rows = conn.execute(sql.REVIEW_IDS_LIKE, (core_sql.like_prefix(prefix), limit))
+            rows = conn.execute(sql.REVIEW_IDS_LIKE, (pattern, pattern, limit))
             return [str(r[0]) for r in rows.fetchall()]
+
+    def put_task_review(self, scope: str, fields: dict[str, Any]) -> Review:
+        """Store a task's review under ``scope`` as given (the sessions module's
+        ``save_review``: a second save replaces the first). ``fields`` are the columns
+        ``review_id task_id confidence deadline kind payload status decision decided_by
+        decided_at``, checked by the caller."""
+        params = {**fields, "scope": scope, "payload": Jsonb(fields["payload"])}
+        if fields["decision"] is not None:
+            params["decision"] = Jsonb(fields["decision"])
+        with self.pg.connection() as conn:
+            conn.execute(sql.PURGE_TASK_REVIEWS)
+            row = conn.execute(sql.PUT_TASK_REVIEW, params).fetchone()
+        assert row is not None
+        return _review(row)
+
+    def remove_task_review(self, scope: str, review_id: str) -> bool:
+        """Remove a task's review; False if there was none."""
+        with self.pg.connection() as conn:
+            row = conn.execute(sql.REMOVE_TASK_REVIEW, (scope, review_id)).fetchone()
+        return row is not None
 
     def approve(
         self, review_id: object, by: str, comment: str | None = None, data: Any = None
@@ -252,13 +330,13 @@ class Reviews:
         In the same transaction, the analysis is resumed (queued for a worker) when it
         is paused for review and no other review of it is pending.
         """
-        rid = check_uuid(review_id, "review_id")
         if outcome not in OUTCOMES:
             raise InvalidValue("a decision is 'approved' or 'rejected'", field="decision")
         by = check_reason(by, "by")
         if comment is not None:
-            comment = check_text(comment, "comment", defaults.COMMENT_MAX_LEN)
+            comment = check_text(comment, "comment", defaults.COMMENT_MAX_LEN, allow_empty=True)
         codec.json_value(data, "data", defaults.DOCUMENT_MAX_BYTES)
+        scope, rid = self._key(review_id)
         decision = Decision(
             outcome, by, datetime.now(UTC).isoformat(), comment, data, expired
         ).as_dict()
@@ -267,33 +345,25 @@ class Reviews:
             "decision": Jsonb(decision),
             "by": by,
             "review_id": rid,
+            "scope": scope,
         }
         with self.pg.connection() as conn, conn.transaction():
-            conn.execute(sql.LOCK_REVIEWED_ANALYSIS, (rid,))
+            conn.execute(sql.LOCK_REVIEWED_ANALYSIS, (scope, rid))
             row = conn.execute(sql.DECIDE, params).fetchone()
-            if row is not None:
-                review = _review(row)
-                resumed = conn.execute(sql.RESUME_AFTER_REVIEW, (review.analysis_id,) * 3)
-                conn.execute(
-                    core_sql.ADD_EVENT,
-                    (
-                        review.analysis_id,
-                        "review_decided",
-                        by,
-                        Jsonb({"review_id": rid, "kind": review.kind, "status": review.status}),
-                    ),
-                )
-                if resumed.fetchone() is not None:
-                    conn.execute(core_sql.RESUME_PAUSE, (by, Jsonb({}), review.analysis_id))
-                    conn.execute(core_sql.ADD_EVENT, (review.analysis_id, "resumed", by, None))
-                    observe.emit(observe.RESUME, reason="awaiting_review")
+            review = None if row is None else _review(row)
+            if review is not None and review.analysis_id is not None:
+                _resume_waiting(conn, review, by)
         if row is None:
-            current = self.get(rid)
+            current = self.find(scope, rid)
+            if current is None:  # a task's review whose deadline passed meanwhile
+                raise ReviewNotFound("no review with this id", review_id=rid)
             raise ReviewAlreadyDecided(
                 f"review is already {current.status}; its decision stands",
                 review_id=rid,
                 decision=current.status,
+                decided_by=current.decided_by,
             )
+        assert review is not None
         return review
 
     def pause_for(self, analysis_id: str, by: str) -> bool:
@@ -312,8 +382,10 @@ class Reviews:
         return True
 
     def expire_due(self, limit: int = 100) -> builtins.list[Review]:
-        """Decide every pending review past its deadline as its step declared."""
+        """Decide every analysis's pending review past its deadline as its step declared
+        (and drop the tasks' reviews past theirs)."""
         with self.pg.connection() as conn:
+            conn.execute(sql.PURGE_TASK_REVIEWS)
             due = [str(r[0]) for r in conn.execute(sql.DUE_REVIEWS, (limit,)).fetchall()]
         decided = []
         for rid in due:
@@ -326,6 +398,21 @@ class Reviews:
     def expire(self, review_id: str) -> Review:
         """Decide one review as its deadline says (``ReviewAlreadyDecided`` if decided)."""
         review = self.get(review_id)
+        if review.on_deadline is None:
+            raise InvalidValue("a task's review has no deadline decision", field="review_id")
         return self.decide(
-            review_id, ON_DEADLINE[review.on_deadline], "deadline", None, None, expired=True
+            review.ref, ON_DEADLINE[review.on_deadline], "deadline", None, None, expired=True
         )
+
+
+def _resume_waiting(conn: psycopg.Connection[Any], review: Review, by: str) -> None:
+    """Record a decided analysis's review on its timeline, and queue the analysis again
+    if it paused for review and none of its reviews is pending now."""
+    aid = review.analysis_id
+    resumed = conn.execute(sql.RESUME_AFTER_REVIEW, (aid,) * 3)
+    detail = {"review_id": review.review_id, "kind": review.kind, "status": review.status}
+    conn.execute(core_sql.ADD_EVENT, (aid, "review_decided", by, Jsonb(detail)))
+    if resumed.fetchone() is not None:
+        conn.execute(core_sql.RESUME_PAUSE, (by, Jsonb({}), aid))
+        conn.execute(core_sql.ADD_EVENT, (aid, "resumed", by, None))
+        observe.emit(observe.RESUME, reason="awaiting_review")

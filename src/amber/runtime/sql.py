@@ -67,16 +67,23 @@ ORDER BY 1 LIMIT %s
 """Step ids that start with a prefix (a ``like_prefix`` pattern), a few."""
 
 # -- reviews -------------------------------------------------------------------------------
+# A review is an analysis's (scope '', opened by a waiting step, decided or expired as the
+# step declared) or a task's (scope: the sessions module's key prefix; saved by that module,
+# gone once its deadline, the module's expires_at, has passed).
 _REVIEW_COLUMNS = (
     "review_id, analysis_id, agent_id, agent_type, step_key, kind, payload, deadline,"
-    " on_deadline, status, decision, decided_by, decided_at, created_at"
+    " on_deadline, status, decision, decided_by, decided_at, created_at, scope, task_id,"
+    " confidence"
 )
+
+LIVE = "(scope = '' OR deadline > NOW())"
+"""A review still there: every analysis's review, a task's until its deadline."""
 
 OPEN_REVIEW = f"""
 WITH fresh AS (
     INSERT INTO reviews (review_id, analysis_id, agent_id, agent_type, step_key, kind, payload,
                          deadline, on_deadline)
-    SELECT %(review_id)s::uuid, %(analysis_id)s::uuid, %(agent_id)s::varchar,
+    SELECT %(review_id)s::varchar, %(analysis_id)s::uuid, %(agent_id)s::varchar,
         %(agent_type)s::varchar, %(key)s::text, %(kind)s::varchar, %(payload)s::jsonb,
         %(deadline)s::timestamptz, %(on_deadline)s::varchar
     WHERE {RUN_HOLDS}
@@ -91,38 +98,74 @@ WHERE analysis_id = %(analysis_id)s AND agent_id = %(agent_id)s AND step_key = %
 """The review a waiting step asks for: created the first time, found every time after;
 nothing back when the run ``owner`` no longer holds the analysis (fenced)."""
 
+PUT_TASK_REVIEW = f"""
+INSERT INTO reviews (scope, review_id, task_id, confidence, deadline, kind, payload, status,
+                     decision, decided_by, decided_at)
+VALUES (%(scope)s, %(review_id)s, %(task_id)s, %(confidence)s, %(deadline)s, %(kind)s,
+        %(payload)s, %(status)s, %(decision)s, %(decided_by)s, %(decided_at)s)
+ON CONFLICT (scope, review_id) DO UPDATE SET
+    task_id = EXCLUDED.task_id, confidence = EXCLUDED.confidence,
+    deadline = EXCLUDED.deadline, kind = EXCLUDED.kind, payload = EXCLUDED.payload,
+    status = EXCLUDED.status, decision = EXCLUDED.decision,
+    decided_by = EXCLUDED.decided_by, decided_at = EXCLUDED.decided_at, created_at = NOW()
+RETURNING {_REVIEW_COLUMNS}
+"""
+"""Store a task's review as given (a second save replaces the first)."""
+
+PURGE_TASK_REVIEWS = """
+DELETE FROM reviews WHERE scope <> '' AND deadline <= NOW() - INTERVAL '1 minute'
+"""
+"""Drop the tasks' reviews whose deadline has passed (reads stop seeing them at once)."""
+
+REMOVE_TASK_REVIEW = f"""
+DELETE FROM reviews WHERE scope = %s AND scope <> '' AND review_id = %s AND {LIVE}
+RETURNING review_id
+"""
+
 DECIDE = f"""
 UPDATE reviews SET status = %(status)s, decision = %(decision)s, decided_by = %(by)s,
     decided_at = NOW()
-WHERE review_id = %(review_id)s AND status = 'pending'
+WHERE scope = %(scope)s AND review_id = %(review_id)s AND status = 'pending' AND {LIVE}
 RETURNING {_REVIEW_COLUMNS}
 """
 """Decide a pending review, once: a decided review is never changed."""
 
-REVIEW = f"SELECT {_REVIEW_COLUMNS} FROM reviews WHERE review_id = %s"
+REVIEW = f"SELECT {_REVIEW_COLUMNS} FROM reviews WHERE scope = %s AND review_id = %s AND {LIVE}"
+
+SCOPES_OF = f"""
+SELECT scope FROM reviews WHERE review_id = %s AND {LIVE} ORDER BY scope LIMIT 5
+"""
+"""The scopes holding a review with this id (one, but a task's id is its caller's)."""
 
 REVIEWS = f"""
 SELECT {_REVIEW_COLUMNS} FROM reviews
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(aid)s::uuid IS NULL OR analysis_id = %(aid)s::uuid)
-ORDER BY created_at LIMIT %(limit)s
+  AND (%(scope)s::text IS NULL OR scope = %(scope)s) AND {LIVE}
+ORDER BY CASE WHEN %(scope)s::text IS NULL THEN created_at END, deadline, created_at
+LIMIT %(limit)s
 """
+"""Reviews, oldest first; in one task scope, soonest deadline first."""
 
-COUNT_REVIEWS = "SELECT count(*) FROM reviews WHERE status = %s"
+COUNT_REVIEWS = f"SELECT count(*) FROM reviews WHERE status = %s AND {LIVE}"
 
-REVIEW_IDS_LIKE = """
-SELECT review_id::text FROM reviews WHERE review_id::text LIKE %s ESCAPE '\\'
+REVIEW_IDS_LIKE = f"""
+SELECT CASE WHEN scope = '' THEN review_id ELSE scope || ':' || review_id END FROM reviews
+WHERE (review_id LIKE %s ESCAPE '\\' OR scope || ':' || review_id LIKE %s ESCAPE '\\')
+  AND {LIVE}
 ORDER BY 1 LIMIT %s
 """
-"""Review ids that start with a prefix (a ``like_prefix`` pattern), a few."""
+"""References of the reviews whose id (or ``scope:id``) starts with a prefix, a few."""
 
 DUE_REVIEWS = """
-SELECT review_id FROM reviews WHERE status = 'pending' AND deadline <= NOW()
+SELECT review_id FROM reviews
+WHERE scope = '' AND status = 'pending' AND deadline <= NOW()
 ORDER BY deadline LIMIT %s
 """
 
 LOCK_REVIEWED_ANALYSIS = """
-SELECT 1 FROM analyses WHERE analysis_id = (SELECT analysis_id FROM reviews WHERE review_id = %s)
+SELECT 1 FROM analyses WHERE analysis_id =
+    (SELECT analysis_id FROM reviews WHERE scope = %s AND review_id = %s)
 FOR UPDATE
 """
 """Taken first by a decision and by a pause for review: the two never interleave."""

@@ -320,6 +320,28 @@ MIGRATIONS: list[str] = [
     CREATE SEQUENCE amber_lease_tokens;
     ALTER TABLE analyses ADD COLUMN lease_token BIGINT;
     """,
+    # 9: one review queue. the sessions-and-tasks module's reviews (of a task, under a key
+    #    prefix, gone at expires_at) join the reviews analyses wait for: a scope ('' for an
+    #    analysis's review, else the module's prefix) makes the key with the review's id,
+    #    which that module lets its callers choose.
+    """
+    ALTER TABLE reviews DROP CONSTRAINT reviews_pkey;
+    ALTER TABLE reviews ALTER COLUMN review_id TYPE VARCHAR(128) USING review_id::text;
+    ALTER TABLE reviews ADD COLUMN scope VARCHAR(128) NOT NULL DEFAULT '';
+    ALTER TABLE reviews ADD PRIMARY KEY (scope, review_id);
+    CREATE INDEX idx_reviews_id ON reviews (review_id);
+    ALTER TABLE reviews
+        ALTER COLUMN analysis_id DROP NOT NULL,
+        ALTER COLUMN agent_id DROP NOT NULL,
+        ALTER COLUMN agent_type DROP NOT NULL,
+        ALTER COLUMN step_key DROP NOT NULL,
+        ALTER COLUMN kind DROP NOT NULL,
+        ALTER COLUMN on_deadline DROP NOT NULL,
+        ADD COLUMN task_id VARCHAR(128),
+        ADD COLUMN confidence DOUBLE PRECISION,
+        ADD CONSTRAINT reviews_of_an_analysis_or_a_task
+            CHECK ((scope = '') = (analysis_id IS NOT NULL));
+    """,
 ]
 
 

@@ -211,11 +211,15 @@ def reviews(
     request: Request,
     status: str | None = "pending",
     analysis: str | None = None,
+    scope: str | None = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100,
 ) -> list[dict[str, Any]]:
-    """Reviews analyses wait for (``status=`` pending, approved, rejected, expired)."""
+    """The one review queue: reviews analyses wait for and the sessions module's reviews of
+    tasks (``status=`` pending, approved, rejected, expired, or empty for all; ``scope=``
+    one key prefix's task reviews). Each is decided by its ``ref``."""
     aid = check_uuid(analysis) if analysis else None
-    return [r.as_dict() for r in ctx(request).stack.reviews.list(status or None, aid, limit)]
+    found = ctx(request).stack.reviews.list(status or None, aid, limit, scope=scope)
+    return [r.as_dict() for r in found]
 
 
 def _decide(request: Request, review_id: str, outcome: str, body: Decide) -> dict[str, Any]:
@@ -226,13 +230,13 @@ def _decide(request: Request, review_id: str, outcome: str, body: Decide) -> dic
 
 @router.post("/reviews/{review_id}/approve", tags=["reviews"])
 def approve(request: Request, review_id: str, body: Decide) -> dict[str, Any]:
-    """Approve a pending review (once): its analysis is queued again."""
+    """Approve a pending review (once): an analysis waiting for it is queued again."""
     return _decide(request, review_id, "approved", body)
 
 
 @router.post("/reviews/{review_id}/reject", tags=["reviews"])
 def reject(request: Request, review_id: str, body: Decide) -> dict[str, Any]:
-    """Reject a pending review (once): its analysis is queued again."""
+    """Reject a pending review (once): an analysis waiting for it is queued again."""
     return _decide(request, review_id, "rejected", body)
 
 
@@ -266,11 +270,3 @@ def session(request: Request, session_id: str) -> dict[str, Any]:
         "session": found.model_dump(mode="json"),
         "tasks": [t.model_dump(mode="json") for t in tasks],
     }
-
-
-@router.get("/sessions-reviews", tags=["sessions"])
-def session_reviews(
-    request: Request, limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100
-) -> list[dict[str, Any]]:
-    """The persistence module's pending reviews, soonest to expire first."""
-    return [r.model_dump(mode="json") for r in _persistence(request).list_reviews(limit)]

@@ -187,14 +187,19 @@ function analysisActions(a) {
 }
 
 function reviewCard(r) {
-  const decide = (verb, outcome) => () => act(verb, `${outcome} review ${r.kind}?`,
-    `The decision is recorded once and the analysis ${short(r.analysis_id)} is queued again.`,
-    (comment) => api(`/reviews/${r.review_id}/${verb}`, {method: "POST", body: {comment: comment || null}}), "Comment (optional)");
-  return h("div", {class: "card review", "data-review": r.review_id},
-    h("div", {class: "row"}, h("strong", {}, r.kind), badge(r.status),
-      h("span", {class: "muted"}, `${r.agent_type} · step ${r.step} · analysis `),
-      h("a", {href: `#/analysis/${r.analysis_id}`}, short(r.analysis_id)),
-      r.deadline ? h("span", {class: "muted"}, ` · deadline ${new Date(r.deadline).toLocaleString()} (${r.on_deadline})`) : ""),
+  const task = r.analysis_id === null;
+  const what = task ? `task ${r.task_id}` : `the analysis ${short(r.analysis_id)}`;
+  const queued = task ? "The decision is recorded once." : `The decision is recorded once and ${what} is queued again.`;
+  const decide = (verb, outcome) => () => act(verb, `${outcome} review ${r.kind || r.ref}?`, queued,
+    (comment) => api(`/reviews/${encodeURIComponent(r.ref)}/${verb}`, {method: "POST", body: {comment: comment || null}}), "Comment (optional)");
+  const from = task
+    ? [h("span", {class: "muted"}, `task ${r.task_id} · confidence ${Number(r.confidence).toFixed(2)} · ${r.scope}`),
+       r.deadline ? h("span", {class: "muted"}, ` · expires ${new Date(r.deadline).toLocaleString()}`) : ""]
+    : [h("span", {class: "muted"}, `${r.agent_type} · step ${r.step} · analysis `),
+       h("a", {href: `#/analysis/${r.analysis_id}`}, short(r.analysis_id)),
+       r.deadline ? h("span", {class: "muted"}, ` · deadline ${new Date(r.deadline).toLocaleString()} (${r.on_deadline})`) : ""];
+  return h("div", {class: "card review", "data-review": r.ref},
+    h("div", {class: "row"}, h("strong", {}, r.kind || r.ref), badge(r.status), ...from),
     json(r.payload),
     r.status === "pending" ? h("div", {class: "row"}, button("Approve", decide("approve", "Approve")), button("Reject", decide("reject", "Reject"), "danger")) :
       h("p", {class: "muted"}, `decided by ${r.decision ? r.decision.by : "?"}`));

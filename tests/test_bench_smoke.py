@@ -80,3 +80,8 @@ def test_bench_cluster_quick(engines: Engines) -> None:
     assert len(runs) == 2 and all(line.split()[-1] == "0" for line in runs), out[-3000:]  # errors
     levels = [line.split()[0] for line in lines if line.strip().startswith(("1,000 ", "10,000 "))]
     assert levels == ["1,000", "1,000", "10,000", "10,000"], out[-3000:]
+
+
+def test_bench_steps_quick(engines: Engines) -> None:
+    lines = run_quick("bench_steps.py", engines)
+    assert any(line.startswith("steps 151-200") for line in lines), "\n".join(lines)

@@ -342,6 +342,15 @@ MIGRATIONS: list[str] = [
         ADD CONSTRAINT reviews_of_an_analysis_or_a_task
             CHECK ((scope = '') = (analysis_id IS NOT NULL));
     """,
+    # 10: a checkpoint's blobs are zstd already and its step lists grow with a long run:
+    #     stored out of line without PostgreSQL trying to compress them again at every save.
+    """
+    ALTER TABLE agent_checkpoints
+        ALTER COLUMN state SET STORAGE EXTERNAL,
+        ALTER COLUMN l1_snapshot SET STORAGE EXTERNAL,
+        ALTER COLUMN completed_subtasks SET STORAGE EXTERNAL,
+        ALTER COLUMN pending_subtasks SET STORAGE EXTERNAL;
+    """,
 ]
 
 

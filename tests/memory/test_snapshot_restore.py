@@ -11,6 +11,7 @@ import pytest
 import amber
 from amber import ConsistencyError, codec
 from amber.memory import AgentMemory, read_memory
+from amber.memory.restore import apply_memory
 
 from .conftest import fill, insert_checkpoint
 
@@ -163,6 +164,39 @@ def test_verifier_catches_partial_restore(stack: amber.Stack, mem: AgentMemory) 
     stack.redis.delete(mem.key("tickers"))
     with pytest.raises(ConsistencyError, match="does not match"):
         stack.verifier.verify(mem.agent_id, snap.hash, len(snap.memory))
+
+
+@pytest.mark.parametrize(
+    ("fault", "where"),
+    [
+        (
+            "redis.call('SET', key, item[2], 'PX', life)",
+            "redis.call('SET', key, item[2] .. 'x', 'PX', life)",
+        ),
+        (
+            "redis.call(writers[item[1]], key, unpack(values, j, k))",
+            "redis.call(writers[item[1]], key, unpack(values, 1, 2))",
+        ),
+        (
+            "return {n, redis.sha1hex(ARGV[1]), bad}",
+            "return {n, redis.sha1hex(ARGV[1] .. 'x'), bad}",
+        ),
+    ],
+    ids=["a string written wrong", "a collection written short", "the payload changed"],
+)
+def test_a_restore_is_verified_by_the_script_that_writes_it(
+    stack: amber.Stack, mem: AgentMemory, monkeypatch: pytest.MonkeyPatch, fault: str, where: str
+) -> None:
+    """The restore writes and verifies in one pass: Redis confirms the payload it got and
+    every key's size; a script that stored anything else is caught (read back, nothing
+    else would tell)."""
+    from amber.memory import scripts
+
+    snap = read_memory(stack.redis, stack.keys, mem.agent_id)
+    assert fault in scripts.RESTORE
+    monkeypatch.setattr(scripts, "RESTORE", scripts.RESTORE.replace(fault, where))
+    with pytest.raises(ConsistencyError, match="does not match its snapshot"):
+        apply_memory(stack.redis, stack.keys, mem.agent_id, snap.memory, snap.seq, 60_000)
 
 
 def test_restore_of_large_memory(stack: amber.Stack, agent_id: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import time
 import uuid
@@ -139,6 +140,10 @@ def apply_memory(
     incarnation; returns its epoch. With ``token`` (the restoring run's) the script is
     refused (``Fenced``) when a later run fenced the memory, else it sets the fence.
 
+    Written and verified in one pass: the script returns the SHA-1 of the payload it
+    received and checks every key it wrote (type and size) and the index; a payload that
+    arrived other than sent, or a key that does not hold it, is ``ConsistencyError``.
+
     Keys with an own TTL in the snapshot (``ttl_ms`` > 0) get it back, still marked as
     intended; the others get ``ttl_ms``. Stale keys are those the index lists. Keys an
     expired index no longer names cannot be read through amber and expire by their own TTL.
@@ -157,7 +162,7 @@ def apply_memory(
     with redis_errors(agent_id):
         stale = _valid_names(cast(list[bytes], client.hkeys(index_key))) - set(names)
         script = client.register_script(scripts.RESTORE)
-        script(
+        reply = script(
             keys=[
                 index_key,
                 seq_key,
@@ -168,6 +173,15 @@ def apply_memory(
                 keys.l1_fence(agent_id),
             ],
             args=[payload, len(names), ttl_ms, seq, epoch, *names, "" if token is None else token],
+        )
+    written, received, bad = cast(list[Any], reply)
+    received = received.decode() if isinstance(received, bytes) else str(received)
+    if int(written) != len(names) or received != hashlib.sha1(payload).hexdigest() or bad:
+        raise ConsistencyError(
+            f"restored L1 does not match its snapshot: {int(bad)} key(s) differ"
+            f" or the payload arrived changed",
+            agent_id=agent_id,
+            expected_keys=len(names),
         )
     return epoch
 
@@ -419,10 +433,9 @@ class L1CacheRestorer:
         ``Fenced`` when a run with a higher token than ``token`` took the memory over."""
         t0 = time.perf_counter()
         self.verifier.check_snapshot(agent_id, loaded)
-        epoch = apply_memory(
+        epoch = apply_memory(  # verified by the script that writes it
             self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms, token
         )
-        self.verifier.verify(agent_id, loaded.hash, len(loaded.memory), loaded.fmt)
         return RestoreReport(
             loaded.source, len(loaded.memory), loaded.seq, loaded.hash, elapsed_ms(t0), True, epoch
         )

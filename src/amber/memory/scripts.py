@@ -216,6 +216,8 @@ RESTORE = f"""
 -- ARGV[2] n; ARGV[3] TTL in ms; ARGV[4] sequence; ARGV[5] the new epoch;
 -- ARGV[6 .. n+5] the key names, aligned with KEYS[5 .. n+4]; ARGV[n+6] the restoring
 -- run's token ('' unfenced): refused below the fence, else it becomes the fence
+-- Returns {{n, SHA-1 of ARGV[1] as received, how many keys (or the index) do not hold
+-- what ARGV[1] says}}.
 local data = cmsgpack.unpack(ARGV[1])
 local n = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
@@ -259,7 +261,19 @@ if n > 0 then
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
 redis.call('SET', KEYS[3], ARGV[5], 'PX', ttl)
-return n
+-- what Redis now holds, confirmed in the same script: every key's size in its type (a
+-- string's bytes, a collection's members; another type is a WRONGTYPE error), the index
+-- naming exactly the n keys
+local sizes = {{string = 'STRLEN', list = 'LLEN', set = 'SCARD', hash = 'HLEN', zset = 'ZCARD'}}
+local bad = 0
+for i = 1, n do
+  local item = data[i]
+  local want = #item[2]
+  if item[1] == 'hash' or item[1] == 'zset' then want = want / 2 end
+  if redis.call(sizes[item[1]], KEYS[i + 4]) ~= want then bad = bad + 1 end
+end
+if redis.call('HLEN', KEYS[1]) ~= n then bad = bad + 1 end
+return {{n, redis.sha1hex(ARGV[1]), bad}}
 """
 
 FENCE = (

@@ -45,6 +45,8 @@ PUT_GOAL = 0.5
 """AmberSaver.put p50 at most this fraction of PostgresSaver.put's."""
 GET_GOAL = 0.5
 """AmberSaver.get_tuple p50 at most this fraction of PostgresSaver.get_tuple's."""
+LONG_PUT_GOAL = 1.0
+"""AmberSaver.put p50 on a long thread at most this multiple of PostgresSaver.put's."""
 FLAT_GOAL = 1.25
 """A read with the long history at most this many times the one with 10 checkpoints."""
 
@@ -168,6 +170,38 @@ def bench_writes(
                     "LG put"))  # fmt: skip
 
 
+def bench_long_puts(amber: Any, lg: Any, length: int, n: int, rows: list[Row | str]) -> None:
+    """Puts at the end of a long thread: 10 channels of about 1 KB, 2 changed per put, on
+    a thread that already holds ``length`` checkpoints of the same kind."""
+    rng = random.Random(4)
+
+    def build(saver: Any) -> Thread:
+        thread = Thread(saver)
+        thread.put(full_state(4, 1_000))
+        for _ in range(length - 1):
+            thread.put({f"ch{c}": records(rng, 1_000) for c in rng.sample(range(CHANNELS), 2)})
+        return thread
+
+    ours, theirs = build(amber), build(lg)
+    pending: dict[str, Any] = {}
+
+    def before(i: int) -> None:
+        pending["changes"] = {f"ch{c}": records(rng, 1_000) for c in rng.sample(range(CHANNELS), 2)}
+
+    out = series(
+        {"amber": lambda i: ours.put(pending["changes"]),
+         "lg": lambda i: theirs.put(pending["changes"])},
+        n, before=before, budget_s=30.0,
+    )  # fmt: skip
+    a, g = stats(out["amber"]), stats(out["lg"])
+    rows.append(
+        f"puts on a thread of {length:,} checkpoints: {CHANNELS} channels of ~1 KB, 2 changed"
+    )
+    rows.append(Row("AmberSaver.put", a, a.p50 / g.p50, "LG put", f"<= {LONG_PUT_GOAL}x",
+                    a.p50 / g.p50 <= LONG_PUT_GOAL))  # fmt: skip
+    rows.append(Row("PostgresSaver.put", g))
+
+
 def bench_reads(
     eng: Engines, amber: Any, lg: Any, label: str, nbytes: int, long: int, n: int,
     rows: list[Row | str],
@@ -274,6 +308,7 @@ def main() -> None:
             for label, nbytes in sizes.items():
                 bench_writes(amber, lg, floor, label, nbytes, n, rows)
                 bench_reads(eng, amber, lg, label, nbytes, long, n, rows)
+            bench_long_puts(amber, lg, 100 if quick else 1_000, n, rows)
             table(rows)
             print("ratio: p50 / p50 of the 'vs' row, timed in the same rounds (below 1: faster).")
             print("get_tuple rows: the process that wrote the thread reads its own copy of the")

@@ -224,3 +224,33 @@ def test_a_worker_claim_right_after_a_restart_is_held_by_a_live_process(
     finally:
         for c in claims:
             leases.release(c.analysis_id, c.owner)
+
+
+def test_a_lease_whose_lock_went_with_the_server_is_not_taken_over_at_once(
+    stack: amber.Stack, engines: Engines, own_pg: EmbeddedPostgres
+) -> None:
+    """A restart (or a standby promoted in the primary's place) frees every liveness lock:
+    a missing lock then proves nothing, so a live run's lease is not anyone's to take.
+    Its run renews it on the new server (its lock taken again); a run that died with the
+    old server is taken over when its lease expires; a run that dies after renewing is
+    taken over at once, as before."""
+    leases = stack.analyses.leases
+    aid = examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL")
+    owner = "test:live-through-a-restart"
+    assert leases.claim(aid, owner) is not None
+    with amber.connect(
+        engines.redis_url, own_pg.url(), prefix=f"{engines.prefix}-pgr", connect_timeout=2
+    ) as other:  # another process: its own pool and liveness lock
+        try:
+            restart(own_pg)
+            taker = other.analyses.leases
+            # the lease's lock went with the old server: that proves nothing
+            assert wait_for(lambda: [taker.claim(aid, "test:taker")]) == [None]
+            assert other.analyses.has_runner(aid)
+            wait_for(lambda: leases.renew() or True)  # the run renews on the new server
+            assert taker.claim(aid, "test:taker") is None
+            leases.liveness.close()  # now the run's process dies: its lock goes, here
+            assert taker.claim(aid, "test:taker") is not None
+            taker.release(aid, "test:taker")
+        finally:
+            wait_for(lambda: leases.release(aid, owner) or True)

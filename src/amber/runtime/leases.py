@@ -293,11 +293,15 @@ class Leases:
         if not owners:
             return
         started = time.monotonic()
-        self.liveness.ensure(ping=True)  # a dropped liveness connection is re-made first
+        key = self.liveness.ensure(ping=True)  # a dropped liveness connection is re-made
+        params = {
+            "lease": self.stuck_seconds,
+            "owners": owners,
+            "key": key,
+            "space": sql.LIVENESS_SPACE,
+        }
         with self.pg.connection() as conn:
-            rows = conn.execute(
-                sql.RENEW, {"lease": self.stuck_seconds, "owners": owners}
-            ).fetchall()
+            rows = conn.execute(sql.RENEW, params).fetchall()
         renewed = {str(r[0]): str(r[1]) for r in rows}
         with self._lock:
             for owner in owners:

@@ -409,6 +409,13 @@ MIGRATIONS: list[str] = [
     END
     $$;
     """,
+    # 12: which server incarnation a lease's liveness lock was seen on. A lock lives on one
+    #     server: after a restart or a failover to a standby every lock is gone, and a
+    #     lease whose lock is missing proves its process dead only where that lock was
+    #     held. Leases of another incarnation lapse when they expire, unless renewed.
+    """
+    ALTER TABLE analyses ADD COLUMN lease_server TEXT;
+    """,
 ]
 
 

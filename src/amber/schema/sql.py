@@ -219,17 +219,25 @@ once instead of when they expire."""
 _LIVE_KEYS = """ARRAY(SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted
     AND classid = %(space)s::oid AND objsubid = 2)"""
 
+SERVER = "pg_postmaster_start_time()::text"
+"""This server's incarnation: a restart, or a standby promoted in its place, changes it."""
+
+_LOCK_GONE = f"""(a.lease_key IS NULL OR a.lease_key::bigint <> ALL ({_LIVE_KEYS}))"""
+
 _CLAIMABLE = f"""(a.lease_owner IS NULL OR a.lease_expires < NOW()
-    OR a.lease_key IS NULL OR a.lease_key::bigint <> ALL ({_LIVE_KEYS}))"""
+    OR ({_LOCK_GONE} AND a.lease_server IS NOT DISTINCT FROM {SERVER}))"""
 
 NO_LIVE_LEASE = _CLAIMABLE
 """The condition on an analysis row ``a`` (with ``%(space)s`` = ``LIVENESS_SPACE``) that
-no live run holds it: what claims, ``has_runner`` and in-doubt listings all ask."""
-"""No live lease: never leased, released, expired, or its owner process is gone."""
+no live run holds it: what claims, ``has_runner`` and in-doubt listings all ask. No live
+lease: never leased, released, expired, or its owner process is gone: its liveness lock
+missing on the server incarnation the lease was last renewed on. A lock missing after a
+restart or a failover proves nothing (every lock went with the old server): such a
+lease lapses when it expires, unless its run renews it (and holds its lock) here."""
 
 CLAIM = f"""
 UPDATE analyses a SET lease_owner = %(owner)s, lease_key = %(key)s,
-    lease_expires = NOW() + make_interval(secs => %(lease)s),
+    lease_expires = NOW() + make_interval(secs => %(lease)s), lease_server = {SERVER},
     lease_token = CASE WHEN a.lease_owner = %(owner)s AND a.lease_token IS NOT NULL
                        THEN a.lease_token ELSE nextval('amber_lease_tokens') END
 FROM (SELECT analysis_id, lease_owner FROM analyses WHERE analysis_id = %(aid)s FOR UPDATE) p
@@ -247,14 +255,15 @@ WITH live AS (
         AND pid = %(pid)s) AS held),
 claimed AS (
     UPDATE analyses a SET lease_owner = %(owner)s || ':' || substr(md5(random()::text), 1, 8),
-        lease_key = %(key)s,
+        lease_key = %(key)s, lease_server = {SERVER},
         lease_expires = NOW() + make_interval(secs => %(lease)s),
         lease_token = nextval('amber_lease_tokens')
     FROM (SELECT c.analysis_id, c.lease_owner,
               COALESCE(c.lease_key::bigint = ANY ({_LIVE_KEYS}), FALSE) AS owner_alive
           FROM analyses c
           WHERE c.status = 'running' AND (c.lease_owner IS NULL OR c.lease_expires < NOW()
-              OR c.lease_key IS NULL OR c.lease_key::bigint <> ALL ({_LIVE_KEYS}))
+              OR ((c.lease_key IS NULL OR c.lease_key::bigint <> ALL ({_LIVE_KEYS}))
+                  AND c.lease_server IS NOT DISTINCT FROM {SERVER}))
             AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(c.agents) e
                             WHERE NOT (e->>'agent_type' = ANY(%(known)s)))
             AND NOT (c.analysis_id::text = ANY(%(skip)s))
@@ -291,11 +300,17 @@ stuck (its process alive, its lease unrenewed for ``stuck_seconds``), then
 ``ANALYSIS_COLUMNS``. Each claim's ``claimed`` or ``taken_over`` event (``stuck`` in its
 detail when so) is written by the same statement."""
 
-RENEW = """
-UPDATE analyses SET lease_expires = NOW() + make_interval(secs => %(lease)s)
+RENEW = f"""
+UPDATE analyses SET lease_expires = NOW() + make_interval(secs => %(lease)s),
+    lease_key = CASE WHEN h.held THEN %(key)s ELSE lease_key END,
+    lease_server = CASE WHEN h.held THEN {SERVER} ELSE lease_server END
+FROM (SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+    AND classid = %(space)s::oid AND objsubid = 2 AND objid = %(key)s::oid) AS held) h
 WHERE lease_owner = ANY(%(owners)s) RETURNING lease_owner, status
 """
-"""Extend every lease this process still holds; a lease missing from the answer was lost."""
+"""Extend every lease this process still holds; a lease missing from the answer was lost.
+Where this process's liveness lock ``%(key)s`` is held, the leases are marked as of this
+server incarnation (after a failover, the lock taken again on the new primary)."""
 
 RELEASE = """
 UPDATE analyses SET lease_owner = NULL, lease_key = NULL, lease_expires = NULL,

@@ -8,8 +8,9 @@ EXTERNAL_REDIS ?= redis://127.0.0.1:6379/0
 EXTERNAL_PG    ?= postgresql://postgres@127.0.0.1:5432/postgres
 ROUNDS         ?= 1000
 FROZEN_ROUNDS  ?= 500
+FAILOVER_ROUNDS ?= 5
 
-.PHONY: demo serve test test-cluster test-sentinel test-external chaos bench lint down clean chromium
+.PHONY: demo serve test test-cluster test-sentinel test-external test-pg-failover chaos bench lint down clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +41,9 @@ test-cluster: $(STAMP)  ## the suite on a local Redis Cluster (3 primaries + 3 r
 
 test-sentinel: $(STAMP)  ## the suite on a local Sentinel set (a primary, 2 replicas, 3 Sentinels), torn down after
 	$(PY) -m tests.sentinel run -- $(PY) -m pytest $(PYTEST_ARGS)
+
+test-pg-failover: $(STAMP)  ## PostgreSQL primary killed, standby promoted, under running workers (FAILOVER_ROUNDS=)
+	$(PY) -m tests.chaos.pg_failover --rounds $(FAILOVER_ROUNDS) $(if $(SEED),--seed $(SEED))
 
 test-external: $(STAMP)  ## the suite against the machine's own Redis and PostgreSQL
 	AMBER_REDIS_URL=$(EXTERNAL_REDIS) AMBER_DATABASE_URL=$(EXTERNAL_PG) $(PY) -m pytest $(PYTEST_ARGS)

@@ -179,6 +179,13 @@ class Stack:
             row = conn.execute("SHOW server_version").fetchone()
         return {"redis": str(info.get("redis_version")), "postgresql": str(row[0] if row else "")}
 
+    def pg_primary(self) -> str:
+        """Which PostgreSQL server amber writes to: ``host:port`` (or the socket directory)
+        of the server a pooled connection reached; with a multi-host URL, the primary."""
+        with self.pg.connection() as conn:
+            info = conn.info
+            return f"{info.host}:{info.port}"
+
     def close(self) -> None:
         """Close the Redis client and the PostgreSQL pool (servers keep running)."""
         if self._closed:

@@ -6,13 +6,14 @@ Two function agents, each running ``STEPS`` durable steps. Every step first appe
 it), then sleeps ``ctx.input["sleep"]`` seconds (``ctx.input["first"]`` for the first
 step, if given; times a factor between 0.5 and 1.5, so kills land at varied points; the
 first step of the ``alpha`` agent instead holds the GIL ``ctx.input["busy"]`` seconds, if
-given), writes its token to the agent's working memory, and returns its value and the
-token. With ``ctx.input["pay"]`` each agent ends with an at-most-once ``pay`` step that
-takes an idempotency key (noted ``pay ...``); with ``ctx.input["memory"]`` its result
-says whether the memory holds each recorded step's token (``memory_ok``). An agent
-returns the sum of its values, which depends only on the analysis, the agent and the
-step, and the token of every step: the token in the result says which start's result
-was recorded.
+given), writes its token to the agent's working memory, notes ``end ...`` with the same
+words, and returns its value and the token; once ``ctx.step`` has returned (its record
+committed) the agent notes ``acked ...``. With ``ctx.input["pay"]`` each agent ends with
+an at-most-once ``pay`` step that takes an idempotency key (noted ``pay ...``); with
+``ctx.input["memory"]`` its result says whether the memory holds each recorded step's
+token (``memory_ok``). An agent returns the sum of its values, which depends only on the
+analysis, the agent and the step, and the token of every step: the token in the result
+says which start's result was recorded.
 
 The agent names end with ``WORKAPP_TAG`` (from the environment, or ``make_app(tag)``):
 a worker only claims analyses whose agents its app registers, so each test's workers
@@ -75,6 +76,7 @@ def work(
     agent = current_agent.get()
     if agent is not None:  # after the wait: a process frozen in it writes when it wakes
         agent.memory.set(f"token:s{step}", token)
+    note(path, f"end {analysis_id} {agent_type} s{step} {os.getpid()} {token}")
     return {"value": value(analysis_id, agent_type, step), "token": token}
 
 
@@ -96,6 +98,8 @@ def _agent(agent_type: str) -> Callable[[Any], dict[str, Any]]:
             pause = first if i == 0 else sleep
             held = busy if i == 0 else 0.0
             got = ctx.step(f"s{i}", work, path, ctx.analysis_id, agent_type, i, pause, held)
+            # the step returned: its record is acknowledged (committed in PostgreSQL)
+            note(path, f"acked {ctx.analysis_id} {agent_type} s{i} {os.getpid()} {got['token']}")
             total += int(got["value"])
             tokens.append(str(got["token"]))
         result: dict[str, Any] = {"total": total, "tokens": tokens}

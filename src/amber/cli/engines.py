@@ -74,8 +74,9 @@ def status(as_json: JsonFlag = False) -> None:
         return
     v = doc["versions"]
     console.print(
-        f"redis {v['redis']} · postgresql {v['postgresql']} · "
-        f"schema version {doc['schema_version']} · prefix {doc['prefix']!r}",
+        f"redis {v['redis']} · postgresql {v['postgresql']} (primary"
+        f" {doc['postgresql_primary']}) · schema version {doc['schema_version']}"
+        f" · prefix {doc['prefix']!r}",
         highlight=False,
     )
     by_status = ", ".join(f"{n} {s}" for s, n in doc["analyses"].items()) or "none"
@@ -102,6 +103,7 @@ def _overview(stack: Stack) -> dict[str, Any]:
     since = datetime.now(UTC) - timedelta(hours=RECENT_HOURS)
     return {
         "versions": stack.server_versions(),
+        "postgresql_primary": stack.pg_primary(),
         "schema_version": stack.schema_version(),
         "prefix": stack.keys.prefix,
         "analyses": {s: counts.get(s, 0) for s in STATUSES},

@@ -45,7 +45,7 @@ def test_bench_save_quick(engines: Engines) -> None:
     assert any(line.startswith("sync:") and "synchronous_commit=" in line for line in lines)
     latency = [line for line in lines if line.startswith("case ")]
     assert latency and "ratio p50" in latency[0] and "p99 ms" in latency[0], out[-3000:]
-    for case in ("5 changed", "all changed", "full snapshot", "restore with memory"):
+    for case in ("5 changed", "all changed", "first save of a fresh memory", "restore with memory"):
         rows = [line for line in lines if case in line]
         assert {"checkpoint"} <= {w for line in rows for w in line.split()}, (case, out[-3000:])
     floors = [
@@ -85,3 +85,9 @@ def test_bench_cluster_quick(engines: Engines) -> None:
 def test_bench_steps_quick(engines: Engines) -> None:
     lines = run_quick("bench_steps.py", engines)
     assert any(line.startswith("steps 151-200") for line in lines), "\n".join(lines)
+
+
+def test_bench_pg_failover_quick(engines: Engines) -> None:
+    lines = run_quick("bench_pg_failover.py", engines)
+    rows = [line for line in lines if line.startswith("round 1")]
+    assert rows and rows[0].split()[-1] == "0", "\n".join(lines)  # no broken promise

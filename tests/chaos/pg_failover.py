@@ -56,6 +56,8 @@ class FailoverTally:
     takeovers: int = 0
     repeats: int = 0
     acked: int = 0
+    logged_failures: int = 0
+    """Lines of the workers' logs that say a PostgreSQL call failed (the window's cost)."""
     problems: list[str] = field(default_factory=list)
 
     def table(self) -> str:
@@ -67,6 +69,7 @@ class FailoverTally:
             ("acknowledged step records checked", f"{self.acked}"),
             ("takeovers", f"{self.takeovers}"),
             ("steps started again (their record never committed)", f"{self.repeats}"),
+            ("failures the workers logged", f"{self.logged_failures}"),
             ("broken promises", f"{len(self.problems)}"),
         ]
         lines = measure_table(rows)
@@ -175,6 +178,12 @@ def run_failover(seed: int, workdir: Path, analyses: int = 12, workers: int = 2)
             tally.problems.append(str(exc).splitlines()[0])
         finally:
             crew.close()
+        tally.logged_failures = sum(
+            1
+            for proc in crew.procs
+            for line in proc.stderr().splitlines()
+            if "PostgreSQL" in line or "StoreUnavailable" in line
+        )
         if tally.problems:
             tally.problems.append(f"workers' logs in {workdir}: {crew.report()[-1500:]}")
     return tally

@@ -110,6 +110,12 @@ class Settings(BaseSettings):
     ] = defaults.REDIS_RETRY_SECONDS
     """Seconds a Redis command that failed before it could run (failover, ``CLUSTERDOWN``,
     ``TRYAGAIN``, refused connection) is retried with backoff; 0: never."""
+    pg_reconnect_seconds: Annotated[
+        float, Field(ge=0.1, le=defaults.TIMEOUT_MAX, allow_inf_nan=False)
+    ] = defaults.PG_RECONNECT_SECONDS
+    """Seconds a lost PostgreSQL connection (a restart, a failover to a standby) is tried
+    again in the background before the next statement connects afresh; with a multi-host
+    URL that next connection finds whichever host is the primary now."""
     pg_pool_max: int = Field(defaults.PG_POOL_MAX, ge=1, le=10_000)
     """Most pooled PostgreSQL connections per process. Connections are taken per
     statement, so a pool smaller than ``worker_concurrency * agent_concurrency`` only

@@ -68,6 +68,7 @@ class Stack:
                 settings.connect_timeout,
                 settings.pg_pool_max,
                 settings.command_timeout,
+                settings.pg_reconnect_seconds,
             )
             migrate(self.pg)
         except BaseException:

@@ -267,6 +267,7 @@ def open_pg(
     timeout: float,
     max_size: int,
     command_timeout: float = defaults.COMMAND_TIMEOUT,
+    reconnect_seconds: float = defaults.PG_RECONNECT_SECONDS,
 ) -> ConnectionPool:
     """A psycopg pool for ``url`` with one connection made, else ``StoreUnavailable``.
 
@@ -276,7 +277,7 @@ def open_pg(
     pool smaller than the threads using it means waiting, not failing); a lost server
     fails at once on the connections it had. ``command_timeout`` also bounds opening
     the pool once the server has answered. After an outage the pool connects again on
-    the first call made once the server is back, at most ``PG_RECONNECT_SECONDS``
+    the first call made once the server is back, at most ``reconnect_seconds``
     after it.
     """
     connect_timeout = _libpq_timeout(timeout)
@@ -294,7 +295,7 @@ def open_pg(
         max_size=max_size,
         kwargs={"autocommit": True, "connect_timeout": connect_timeout},
         timeout=max(command_timeout, connect_timeout),
-        reconnect_timeout=defaults.PG_RECONNECT_SECONDS,
+        reconnect_timeout=reconnect_seconds,
         open=False,
         name="amber",
     )

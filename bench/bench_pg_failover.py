@@ -5,9 +5,10 @@
 Each round starts a primary and a synchronous streaming standby (``tests/pg_pair.py``),
 runs 12 analyses on ``--workers`` ``amber worker`` processes given the multi-host URL,
 SIGKILLs the primary once a share of the steps has started and promotes the standby
-(``tests.chaos.pg_failover``). The table gives, per round: the window from the kill to
-the new primary's first answer, the PostgreSQL failures the workers logged in it, steps
-started again (their record never committed) and broken promises (must be 0).
+(``tests.chaos.pg_failover``). The table gives, per round: the window as a client sees
+it (a connection issuing ``SELECT 1`` every 10 ms, from its first failed statement to
+its first successful one), the PostgreSQL failures the workers logged, steps started
+again (their record never committed) and broken promises (must be 0).
 
 Redis: AMBER_REDIS_URL if set, else an embedded one in a temporary directory.
 """

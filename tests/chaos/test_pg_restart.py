@@ -254,3 +254,34 @@ def test_a_lease_whose_lock_went_with_the_server_is_not_taken_over_at_once(
             taker.release(aid, "test:taker")
         finally:
             wait_for(lambda: leases.release(aid, owner) or True)
+
+
+def test_a_run_that_died_with_the_old_server_is_taken_over_when_its_lease_expires(
+    stack: amber.Stack, engines: Engines, own_pg: EmbeddedPostgres
+) -> None:
+    """A run whose process died with the old server never renews on the new one: its
+    analysis is not taken at once (its missing lock proves nothing), but once its lease
+    row expires (``stuck_seconds``; moved into the past here) it is."""
+    aid = examples.submit(stack, STOCK_ANALYSIS, ticker="AAPL")
+    with amber.connect(
+        engines.redis_url, own_pg.url(), prefix=f"{engines.prefix}-pgr", connect_timeout=2
+    ) as dying:
+        assert dying.analyses.leases.claim(aid, "test:dies-with-the-server") is not None
+        dying.analyses.leases.close()  # no heartbeat, no lock: its process is gone
+        restart(own_pg)  # and so is the server that saw its lock
+    taker = stack.analyses.leases
+    assert wait_for(lambda: [taker.claim(aid, "test:taker")]) == [None]
+
+    def expire() -> bool:
+        with stack.pg.connection() as conn:
+            conn.execute(
+                "UPDATE analyses SET lease_expires = NOW() - INTERVAL '1 second'"
+                " WHERE analysis_id = %s",
+                (aid,),
+            )
+        return True
+
+    wait_for(expire)
+    claim = taker.claim(aid, "test:taker")
+    assert claim is not None and claim.prior == "test:dies-with-the-server"
+    taker.release(aid, "test:taker")

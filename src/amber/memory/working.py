@@ -110,6 +110,7 @@ class AgentMemory:
         self._epoch = keys.l1_epoch(agent_id)
         self._changes = keys.l1_changes(agent_id)
         self._fence = keys.l1_fence(agent_id)
+        self._base = keys.l1_base(agent_id)
         self.token: int | None = None
         """The fencing token of the run writing this memory (None: unfenced)."""
         self.guarded = False
@@ -125,8 +126,8 @@ class AgentMemory:
         self._batch_script = client.register_script(write_scripts.BATCH)
 
     def key(self, name: str) -> str:
-        """Full Redis key of ``name``."""
-        return self.keys.l1(self.agent_id, name)
+        """Full Redis key of ``name`` (``Keys.l1``; the agent's part built once)."""
+        return self._base + check_key(name)
 
     def guard(self, epoch: str | None) -> None:
         """Expect the incarnation ``epoch`` (None: no memory yet) from now on.

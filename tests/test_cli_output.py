@@ -306,3 +306,12 @@ def test_help_shows_each_paragraph_of_a_docstring_as_one_line_to_wrap() -> None:
     )
     out = CliRunner().invoke(app, ["--help"], terminal_width=200).output
     assert "(which hand the work back at the next step); run as many as you like" in out
+
+
+def test_counts_take_their_nouns_in_the_right_number() -> None:
+    from amber.cli.output import counted
+
+    assert counted(1, "run") == "1 run"
+    assert counted(0, "error") == "0 errors"
+    assert counted(2, "analysis", "analyses") == "2 analyses"
+    assert counted(1_200, "step") == "1,200 steps"

@@ -32,3 +32,26 @@ def test_doc_example_runs(
     module = types.ModuleType("__doc_example__")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, "<doc>", "exec"), module.__dict__)
+
+
+SHELL = re.compile(r"```sh\n(.*?)```", re.S)
+
+
+def test_an_extra_is_installable_from_pypi_and_from_a_clone() -> None:
+    """Wherever the docs say ``pip install 'amber[X]'`` they also give the command that
+    works in a clone, ``pip install -e '.[X]'``."""
+    for doc in DOCS:
+        text = doc.read_text()
+        for extra in re.findall(r"pip install 'amber\[(\w+)\]'", text):
+            assert f"pip install -e '.[{extra}]'" in text, (doc.name, extra)
+
+
+def test_a_shell_example_stops_every_process_it_starts() -> None:
+    """A ``&`` job started in a shell example is killed by the example's end (a reader
+    who pastes it is not left with a worker running)."""
+    for doc in DOCS:
+        for block in SHELL.findall(doc.read_text()):
+            lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+            jobs = [i for i, line in enumerate(lines, 1) if line.endswith("&")]
+            killed = {int(n) for line in lines for n in re.findall(r"\bkill\b.*?%(\d+)", line)}
+            assert set(range(1, len(jobs) + 1)) <= killed, (doc.name, block)

@@ -106,12 +106,15 @@ def test_submit_queues_and_show_prints_results_and_the_timeline_after_the_run(
     (agent,) = report["agents"]
     assert agent["status"] == "completed" and agent["result"] == {"words": 4}
     assert agent["steps"] == ["fetch", "count"]
+    assert (agent["checkpoints"], agent["checkpoints_said"]) == (0, "purged at completion")
+    assert queued["agents"][0]["checkpoints_said"] == "none yet"
     assert kinds(aid)[0] == "submitted" and kinds(aid)[-1] == "completed"
     assert ledger(book) == ["fetch", "count"]
 
     table = ok(amber_cli("analyses", "show", aid))
     assert f"analysis {aid} · completed · cli_summary" in table  # no ticker: left out
     assert '{"words":4}' in table and "fetch, count" in table
+    assert "purged at completion" in table  # not a bare 0: the results are kept
     assert "submitted" in table and "completed" in table
 
 
@@ -149,7 +152,7 @@ def test_a_worker_runs_what_is_submitted_and_hands_back_on_sigterm(
         out, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
     assert "app cli_tests, concurrency 2" in out
-    assert "stopped:" in out and "0 errors" in out
+    assert "stopped:" in out and "3 runs ended, 0 errors" in out
     for aid, book in zip(aids, books, strict=True):
         assert ledger(book) == ["fetch", "count"]
         assert show(aid)["agents"][0]["result"] == {"words": 2}

@@ -38,6 +38,11 @@ NARROWEST_TEXT = 10
 """Fewest characters a wrapping column is given before a table turns into records."""
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 run``, ``2 runs``: a count with its noun in the number it takes."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def print_json(doc: object) -> None:
     """Print ``doc`` as indented JSON, keys sorted; datetimes as RFC 3339."""
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS

@@ -18,7 +18,7 @@ from amber import defaults
 from amber.cli import ids
 from amber.cli.app import OPTIONS, app, console, friendly
 from amber.cli.ids import uuid_prefix
-from amber.cli.output import AnalysisFilter, Col, JsonFlag, print_json, table
+from amber.cli.output import AnalysisFilter, Col, JsonFlag, counted, print_json, table
 from amber.errors import InvalidValue
 from amber.keys import check_reason
 
@@ -99,7 +99,7 @@ def worker(
         stats = w.run()
     console.print(
         f"worker {w.name} stopped: {stats.claimed} claimed ({stats.taken_over} taken over),"
-        f" {stats.finished} runs ended, {stats.errors} errors",
+        f" {counted(stats.finished, 'run')} ended, {counted(stats.errors, 'error')}",
         highlight=False,
     )
 
@@ -145,7 +145,7 @@ def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
                 a["agent_id"],
                 a["progress"],
                 ", ".join(a["steps"]) or "-",
-                str(a["checkpoints"]),
+                a["checkpoints_said"],
                 result if len(result) <= 200 else result[:197] + "...",
             ]
         )
@@ -155,7 +155,7 @@ def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
             Col("agent id", "id"),
             Col("status", "text"),
             Col("steps", "text"),
-            Col("checkpoints"),
+            Col("checkpoints", "text"),
             Col("result", "text"),
         ],
         agents,
@@ -181,6 +181,7 @@ def describe(stack: Stack, aid: str) -> dict[str, Any]:
             "progress": status.progress_text(a),
             "steps": a["steps"],
             "checkpoints": len(a["checkpoints"]),
+            "checkpoints_said": a["checkpoints_said"],
             "result": a["result"],
         }
         for a in shown["agents"]

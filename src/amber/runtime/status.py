@@ -104,6 +104,16 @@ def summary(stack: Stack, record: AnalysisRecord) -> dict[str, Any]:
     return _shape(stack, record, *_reads(stack, record))
 
 
+def checkpoints_said(status: str, count: int) -> str:
+    """How many checkpoints an agent has, in words: a completed analysis's were purged
+    when it completed (its results are kept), which a bare 0 would hide."""
+    if count == 0 and status == "completed":
+        return "purged at completion"
+    if count == 0:
+        return "none yet"
+    return str(count)
+
+
 def detail(stack: Stack, record: AnalysisRecord) -> dict[str, Any]:
     """One analysis in full: the summary, each agent's result, steps and checkpoints,
     the timeline, and every pause with its recovery report."""
@@ -119,6 +129,7 @@ def detail(stack: Stack, record: AnalysisRecord) -> dict[str, Any]:
         rows = checkpoints.get(agent["agent_type"], [])
         rows.reverse()  # oldest first: a timeline
         agent["checkpoints"] = rows
+        agent["checkpoints_said"] = checkpoints_said(record.status, len(rows))
         agent["result"] = kept["result"] if kept else None
         agent["finished_at"] = kept["finished_at"] if kept else None
         if kept is not None:

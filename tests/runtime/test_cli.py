@@ -247,7 +247,12 @@ def test_a_crashed_at_most_once_step_is_listed_skipped_with_a_result_and_resumed
     receipt = tmp_path / "receipt.json"
     receipt.write_text('{"receipt": "bank-7"}')
     out = ok(amber_cli("steps", "resolve", step_id, "--skip", "--result", str(receipt)))
-    assert f"step pay of cli_payer is skipped when analysis {aid} resumes" in out
+    assert (
+        f"step pay of cli_payer is skipped; analysis {aid} is queued again: a worker"
+        " (or amber resume) continues it"
+    ) in out
+    assert stack.analyses.get(aid).status == "running"  # the decision queued it again
+    assert kinds(aid)[-2:] == ["step_resolved", "resumed"]
     line = one_error_line(amber_cli("steps", "resolve", step_id, "--rerun"))
     assert "step is skip, not in doubt: nothing to resolve" in line
 
@@ -265,7 +270,7 @@ def test_a_crashed_at_most_once_step_resolved_to_rerun_runs_again(
     aid, _ = crash_in_payment(tmp_path)
     step_id = in_doubt_step(stack, aid)
     out = ok(amber_cli("steps", "resolve", step_id, "--rerun", "--by", "ops"))
-    assert "re-runs when analysis" in out
+    assert "re-runs; analysis" in out
     ok(amber_cli("resume", aid, *APP))
     report = show(aid)
     assert report["status"] == "completed"

@@ -274,7 +274,7 @@ def resolve(
     ] = None,
     by: By = "cli",
 ) -> None:
-    """Decide an in-doubt step, once; then resume its analysis (amber resume ID)."""
+    """Decide an in-doubt step, once; its analysis, paused for it, is queued again."""
     if rerun == skip:
         raise InvalidValue("give exactly one of --rerun and --skip", field="rerun")
     if rerun and result is not None:
@@ -285,9 +285,14 @@ def resolve(
     with OPTIONS.stack() as stack:
         intent = stack.intents.resolve(ids.step_id(stack, step_id), rerun, value, by)
     verb = "re-runs" if rerun else "is skipped"
+    then = (
+        "is queued again: a worker (or amber resume) continues it"
+        if intent.resumed
+        else "continues when it resumes"
+    )
     console.print(
-        f"step {intent.step_key} of {intent.agent_type} {verb} when analysis"
-        f" {intent.analysis_id} resumes",
+        f"step {intent.step_key} of {intent.agent_type} {verb}; analysis"
+        f" {intent.analysis_id} {then}",
         highlight=False,
     )
 

@@ -43,6 +43,17 @@ RETURNING {_INTENT_COLUMNS}, FALSE AS fresh
 """
 """Decide an in-doubt step once: ``rerun`` it, or ``skip`` it with a given result."""
 
+RESUME_AFTER_STEP = """
+UPDATE analyses SET status = 'running', updated_at = NOW()
+WHERE analysis_id = %(aid)s AND status = 'paused'
+  AND (SELECT reason FROM analysis_pauses WHERE analysis_id = %(aid)s AND resumed_at IS NULL
+       ORDER BY id DESC LIMIT 1) = 'step_in_doubt'
+  AND NOT EXISTS (SELECT 1 FROM step_intents WHERE analysis_id = %(aid)s AND status = 'started')
+RETURNING status
+"""
+"""Queue again an analysis paused for a step in doubt once none of its steps is (as
+deciding its last review does)."""
+
 INTENT = f"SELECT {_INTENT_COLUMNS}, FALSE AS fresh FROM step_intents WHERE step_id = %s"
 
 IN_DOUBT = f"""

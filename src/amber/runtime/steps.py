@@ -10,6 +10,7 @@ deduplicates), otherwise it is held until a person decides (``resolve``).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import uuid
 from collections.abc import Callable
@@ -17,10 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from amber import codec, defaults
+from amber import codec, defaults, observe
 from amber.errors import AnalysisStateError, InvalidValue, NotFound, fenced
 from amber.keys import check_reason, check_uuid
 from amber.runtime import sql
@@ -114,6 +116,9 @@ class Intent:
     resolved_by: str | None
     fresh: bool
     """Created by this call: no earlier attempt exists."""
+    resumed: bool = False
+    """Set by ``resolve``: the decision queued the analysis again (it had paused for this
+    step and no other of its steps is in doubt)."""
 
     @property
     def idempotency_key(self) -> str:
@@ -131,6 +136,7 @@ class Intent:
             "fn": self.fn,
             "status": self.status,
             "started_at": self.started_at.isoformat(),
+            "resumed": self.resumed,
         }
 
 
@@ -230,12 +236,28 @@ class StepIntents:
             "by": by,
             "step_id": sid,
         }
-        with self.pg.connection() as conn:
+        with self.pg.connection() as conn, conn.transaction():
+            conn.execute(sql.LOCK_ANALYSIS, (current.analysis_id,))
             row = conn.execute(sql.RESOLVE_INTENT, params).fetchone()
+            resumed = row is not None and _resume_after_step(conn, _intent(row), by)
         if row is None:
             raise AnalysisStateError(
                 f"step is {current.status}, not in doubt: nothing to resolve",
                 step_id=sid,
                 status=current.status,
             )
-        return _intent(row)
+        return dataclasses.replace(_intent(row), resumed=resumed)
+
+
+def _resume_after_step(conn: psycopg.Connection[Any], intent: Intent, by: str) -> bool:
+    """Record the decision on the analysis's timeline and queue the analysis again if it
+    paused for this step and none of its steps is in doubt now; whether it was."""
+    aid = intent.analysis_id
+    detail = {"step_id": intent.step_id, "step": intent.step_key, "action": intent.status}
+    conn.execute(core_sql.ADD_EVENT, (aid, "step_resolved", by, Jsonb(detail)))
+    if conn.execute(sql.RESUME_AFTER_STEP, {"aid": aid}).fetchone() is None:
+        return False
+    conn.execute(core_sql.RESUME_PAUSE, (by, Jsonb({}), aid))
+    conn.execute(core_sql.ADD_EVENT, (aid, "resumed", by, None))
+    observe.emit(observe.RESUME, reason="step_in_doubt")
+    return True

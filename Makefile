@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+CORE   := $(VENV)/.installed-core
 
 EXTERNAL_REDIS ?= redis://127.0.0.1:6379/0
 EXTERNAL_PG    ?= postgresql://postgres@127.0.0.1:5432/postgres
@@ -16,11 +17,16 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# the demo needs amber alone; the suite adds the test and benchmark extras
+$(CORE): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $(CORE)
+
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
-demo: $(STAMP)  ## run the main job on embedded servers
+demo: $(CORE)  ## run the main job on embedded servers
 	$(VENV)/bin/amber demo
 
 serve: $(STAMP)  ## the dashboard, API and metrics on http://127.0.0.1:8765/

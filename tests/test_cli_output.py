@@ -315,3 +315,31 @@ def test_counts_take_their_nouns_in_the_right_number() -> None:
     assert counted(0, "error") == "0 errors"
     assert counted(2, "analysis", "analyses") == "2 analyses"
     assert counted(1_200, "step") == "1,200 steps"
+
+
+def test_help_says_what_a_value_is_in_words_not_in_types() -> None:
+    """No ``<str>``, ``<bool>`` (not even on ``--help``), ``<int range>``, ``[1<=x<=...]``
+    or ``{review_id}``: each option's help says what it takes; arguments are ``NAME``."""
+    from tests.test_readme_commands import command_paths
+
+    for path in sorted(command_paths()):
+        out = CliRunner().invoke(app, [*path.split(), "--help"], env={"COLUMNS": "200"}).output
+        for clutter in ("<str>", "<bool>", "<int", " range>", "<=x<=", "{"):
+            assert clutter not in out, (path, clutter, out)
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [
+        ["analyses", "list"],
+        ["checkpoints", "list"],
+        ["steps", "in-doubt"],
+        ["reviews", "list"],
+        ["sessions", "list"],
+    ],
+    ids=lambda c: " ".join(c),
+)
+def test_every_listing_takes_limit_0_as_all(engines: Engines, listing: list[str]) -> None:
+    result = CliRunner().invoke(app, [*listing, "--limit", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    assert isinstance(json.loads(result.output), list)

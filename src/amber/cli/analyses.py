@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-from amber import defaults
 from amber.cli import ids
 from amber.cli.app import OPTIONS, app, console, err_console, friendly
 from amber.cli.ids import uuid_prefix
-from amber.cli.output import Col, JsonFlag, print_json, table
+from amber.cli.output import Col, JsonFlag, Limit, limit_rows, print_json, table
 from amber.cli.runtime import AppOption, load, retry, show
 from amber.errors import InvalidValue
 from amber.keys import check_reason
@@ -34,7 +33,7 @@ def list_analyses(
     status: Annotated[
         str | None, typer.Option(help=f"Only this status: {', '.join(STATUSES)}.")
     ] = None,
-    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 50,
+    limit: Limit = 50,
     as_json: JsonFlag = False,
 ) -> None:
     """Analyses, newest first, with each agent's progress ("3 of 5")."""
@@ -43,7 +42,7 @@ def list_analyses(
             f"status must be one of {', '.join(STATUSES)}", field="status", value=status
         )
     with OPTIONS.stack() as stack:
-        docs = [_listed(stack, rec) for rec in stack.analyses.list(status, limit)]
+        docs = [_listed(stack, rec) for rec in stack.analyses.list(status, limit_rows(limit))]
     if as_json:
         print_json(docs)
         return

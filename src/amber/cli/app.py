@@ -22,6 +22,32 @@ from amber.errors import AmberError
 if TYPE_CHECKING:
     from amber.stack import Stack
 
+
+def _help_in_words() -> None:
+    """Help that says what a value is in words, not in types: typer prints each option's
+    Python type (``<str>``, ``<bool>`` even for flags and ``--help``), a number's range
+    (``[1<=x<=9223372036854775807]``) and a required argument as ``{name}``. Every
+    amber option's help says what it takes; arguments are written ``REVIEW_ID``."""
+    from typer import core
+
+    def no_type(self: Any, ctx: Any) -> str:
+        return ""
+
+    def no_range(self: Any) -> str | None:
+        return None
+
+    def usage_name(self: Any) -> str:
+        name = str(self.display_name_raw).upper()
+        return name if self.required else f"[{name}]"
+
+    for cls in (core.TyperOption, core.TyperArgument):
+        cls.display_type_rich = no_type  # type: ignore[method-assign]
+        cls._get_number_range_help_str = no_range  # type: ignore[method-assign]
+    core.TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]
+
+
+_help_in_words()
+
 app = typer.Typer(
     name="amber",
     help="Keep the state of long-running AI agents safe.",

@@ -6,11 +6,19 @@ from typing import Annotated, Any
 
 import typer
 
-from amber import defaults
 from amber.cli import ids
 from amber.cli.app import OPTIONS, app, console, friendly
 from amber.cli.ids import uuid_prefix
-from amber.cli.output import AnalysisFilter, Col, JsonFlag, print_json, progress, table
+from amber.cli.output import (
+    AnalysisFilter,
+    Col,
+    JsonFlag,
+    Limit,
+    limit_rows,
+    print_json,
+    progress,
+    table,
+)
 
 checkpoints_app = typer.Typer(help="Inspect checkpoints.", no_args_is_help=True)
 app.add_typer(checkpoints_app, name="checkpoints")
@@ -34,13 +42,13 @@ _LISTED = (
 @friendly
 def list_checkpoints(
     analysis: AnalysisFilter = None,
-    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 50,
+    limit: Limit = 50,
     as_json: JsonFlag = False,
 ) -> None:
     """Newest checkpoints first: agent, progress, failure, whether L1 went to PostgreSQL."""
     resolve = ids.analysis_filter(analysis)
     with OPTIONS.stack() as stack:
-        rows = stack.checkpointer.summaries(resolve(stack), limit)
+        rows = stack.checkpointer.summaries(resolve(stack), limit_rows(limit))
     docs: list[dict[str, Any]] = [
         {**{k: r[k] for k in _LISTED}, "l1_in_postgresql": bool(r["dual"])} for r in rows
     ]

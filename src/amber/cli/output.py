@@ -27,6 +27,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from amber import defaults
 from amber.cli.app import console, err_console
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (sorted keys) instead of text.")]
@@ -36,6 +37,17 @@ AnalysisFilter = Annotated[
 
 NARROWEST_TEXT = 10
 """Fewest characters a wrapping column is given before a table turns into records."""
+
+
+Limit = Annotated[
+    int, typer.Option(min=0, max=defaults.BIGINT_MAX, help="Most rows to show (0: all).")
+]
+"""Every listing's ``--limit``: one convention, 0 meaning all."""
+
+
+def limit_rows(limit: int) -> int:
+    """A ``--limit`` as the number of rows to ask for (0: all)."""
+    return limit or defaults.BIGINT_MAX
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from amber import defaults
-from amber.cli import ids
+from amber.cli import ids, output
 from amber.cli.app import OPTIONS, app, console, friendly
 from amber.cli.ids import uuid_prefix
-from amber.cli.output import AnalysisFilter, Col, JsonFlag, counted, print_json, table
+from amber.cli.output import AnalysisFilter, Col, JsonFlag, Limit, counted, print_json, table
 from amber.errors import InvalidValue
 from amber.keys import check_reason
 
@@ -227,13 +226,13 @@ def retry(
 @friendly
 def in_doubt(
     analysis: AnalysisFilter = None,
-    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 100,
+    limit: Limit = 100,
     as_json: JsonFlag = False,
 ) -> None:
     """At-most-once steps that started and never recorded a result (their run died)."""
     resolve = ids.analysis_filter(analysis)
     with OPTIONS.stack() as stack:
-        rows = stack.intents.in_doubt(resolve(stack), limit)
+        rows = stack.intents.in_doubt(resolve(stack), output.limit_rows(limit))
     if as_json:
         print_json([i.as_dict() for i in rows])
         return
@@ -355,7 +354,7 @@ def list_reviews(
     status: ReviewStatus = "pending",
     analysis: AnalysisFilter = None,
     scope: Scope = None,
-    limit: Annotated[int, typer.Option(min=1, max=defaults.BIGINT_MAX)] = 100,
+    limit: Limit = 100,
     as_json: JsonFlag = False,
 ) -> None:
     """Reviews waiting for a person (or decided ones, with --status): those analyses wait
@@ -363,7 +362,7 @@ def list_reviews(
     resolve = ids.analysis_filter(analysis)
     wanted = None if status == "all" else status
     with OPTIONS.stack() as stack:
-        rows = stack.reviews.list(wanted, resolve(stack), limit, scope=scope)
+        rows = stack.reviews.list(wanted, resolve(stack), output.limit_rows(limit), scope=scope)
     if as_json:
         print_json([r.as_dict() for r in rows])
         return

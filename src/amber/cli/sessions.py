@@ -5,13 +5,12 @@ Its reviews are amber's reviews: ``amber reviews list`` (``amber.cli.runtime``) 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 
-from amber import defaults
 from amber.cli.app import OPTIONS, app, console, friendly
-from amber.cli.output import Col, JsonFlag, print_json, table
+from amber.cli.output import Col, JsonFlag, Limit, print_json, table
 from amber.errors import SessionNotFoundError
 
 if TYPE_CHECKING:
@@ -21,10 +20,6 @@ sessions_app = typer.Typer(help="Agent sessions and their task queues.", no_args
 app.add_typer(sessions_app, name="sessions")
 
 T = TypeVar("T")
-
-Limit = Annotated[
-    int, typer.Option(min=0, max=defaults.BIGINT_MAX, help="Most rows to show (0: all).")
-]
 
 
 def _with_manager(work: Callable[[PersistenceManager], Awaitable[T]]) -> T:

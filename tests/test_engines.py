@@ -231,3 +231,32 @@ def test_the_command_line_starts_without_the_engines() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_command_says_when_it_started_servers_and_where(fresh_dir: Path) -> None:
+    runner = CliRunner()
+    env = {"AMBER_REDIS_URL": "", "AMBER_DATABASE_URL": "", "AMBER_DATA_DIR": str(fresh_dir)}
+    first = runner.invoke(app, ["analyses", "list", "--json"], env=env)
+    assert first.exit_code == 0, first.output
+    said = f"amber: started embedded Redis and PostgreSQL under {fresh_dir.resolve()}"
+    assert said in first.stderr
+    again = runner.invoke(app, ["analyses", "list", "--json"], env=env)
+    assert again.exit_code == 0 and "started embedded" not in again.stderr  # running now
+
+
+def test_the_data_directory_is_found_as_git_finds_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command run in a subdirectory of a project uses the project's ``.amber``, not a
+    new one of its own; with none above, ``./.amber``."""
+    from amber.config import find_data_dir, load_settings
+
+    project = tmp_path / "project"
+    (project / ".amber").mkdir(parents=True)
+    deep = project / "src" / "pkg"
+    deep.mkdir(parents=True)
+    assert find_data_dir(deep) == project / ".amber"
+    assert find_data_dir(project) == Path(".amber")
+    monkeypatch.delenv("AMBER_DATA_DIR", raising=False)
+    monkeypatch.chdir(deep)
+    assert load_settings().data_dir == project / ".amber"

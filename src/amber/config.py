@@ -75,6 +75,22 @@ RedisUrl = Annotated[Url, AfterValidator(_redis_url)]
 Timeout = Annotated[float, Field(gt=0, le=defaults.TIMEOUT_MAX, allow_inf_nan=False)]
 
 
+def find_data_dir(start: Path | None = None) -> Path:
+    """The nearest existing ``.amber`` directory in ``start`` (the working directory) or
+    one of its parents, so a command run from a subdirectory finds the project's servers
+    instead of starting a second pair; ``./.amber`` when there is none."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / defaults.DATA_DIR
+        if candidate.is_dir():
+            return candidate if folder != here else Path(defaults.DATA_DIR)
+    return Path(defaults.DATA_DIR)
+
+
+def _nearest() -> Path:
+    return find_data_dir()
+
+
 class Settings(BaseSettings):
     """amber's configuration. Every field has an ``AMBER_`` environment variable.
 
@@ -88,7 +104,10 @@ class Settings(BaseSettings):
     ``amber.redis_url``); None starts an embedded one under ``data_dir``."""
     database_url: Url = None
     """PostgreSQL to use; None starts an embedded one under ``data_dir``."""
-    data_dir: Annotated[Path, AfterValidator(_path)] = Path(defaults.DATA_DIR)
+    data_dir: Annotated[Path, AfterValidator(_path)] = Field(default_factory=lambda: _nearest())
+    """Embedded servers, WAL segments, checkpoint files. By default the nearest
+    ``.amber`` in this directory or one above it (as git finds ``.git``), else
+    ``./.amber``."""
     prefix: Annotated[str, AfterValidator(_prefix)] = defaults.PREFIX
     durability: Durability = Durability(defaults.DURABILITY)
     on_memory_lost: Literal["rollback", "pause"] = defaults.ON_MEMORY_LOST  # type: ignore[assignment]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -216,13 +217,15 @@ def connect(
     database_url: str | None = None,
     data_dir: str | Path | None = None,
     prefix: str | None = None,
+    announce: Callable[[str], None] | None = None,
     **settings: Any,
 ) -> Stack:
     """Open amber on the given URLs, or on embedded servers for those not given.
 
     Arguments left as None come from ``AMBER_*`` environment variables, then from
     ``amber.defaults``. Raises ``StoreUnavailable`` if an engine does not answer
-    within ``connect_timeout`` seconds.
+    within ``connect_timeout`` seconds. ``announce`` is told when embedded servers had
+    to be started, and where.
     """
     cfg = load_settings(
         redis_url=redis_url,
@@ -235,5 +238,7 @@ def connect(
     missing_pg = not cfg.database_url
     urls: dict[str, str] = {}
     if missing_redis or missing_pg:
-        urls = ensure_embedded(cfg.data_dir, redis=missing_redis, postgres=missing_pg)
+        urls = ensure_embedded(
+            cfg.data_dir, redis=missing_redis, postgres=missing_pg, announce=announce
+        )
     return Stack(cfg, cfg.redis_url or urls["redis"], cfg.database_url or urls["postgres"])

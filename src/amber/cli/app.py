@@ -102,7 +102,12 @@ class Options:
         """Open amber with these options."""
         from amber.stack import connect
 
-        with connect(self.redis_url, self.database_url, self.data_dir, self.prefix) as stack:
+        def announce(what: str) -> None:
+            err_console.print(f"amber: {what}", highlight=False)
+
+        with connect(
+            self.redis_url, self.database_url, self.data_dir, self.prefix, announce=announce
+        ) as stack:
             yield stack
 
 
@@ -119,7 +124,11 @@ def _shared(
         typer.Option(envvar="AMBER_DATABASE_URL", help="PostgreSQL URL (default: embedded)."),
     ] = None,
     data_dir: Annotated[
-        Path | None, typer.Option(envvar="AMBER_DATA_DIR", help="Data directory (./.amber).")
+        Path | None,
+        typer.Option(
+            envvar="AMBER_DATA_DIR",
+            help="Data directory (the nearest .amber here or above, else ./.amber).",
+        ),
     ] = None,
     prefix: Annotated[
         str | None, typer.Option(envvar="AMBER_PREFIX", help="Redis key prefix (amber).")

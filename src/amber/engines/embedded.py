@@ -24,7 +24,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -360,15 +360,37 @@ def _wait_gone(pid: int, timeout: float = 10.0) -> None:
 
 
 # -- both ---------------------------------------------------------------------------------
-def ensure_embedded(data_dir: Path, redis: bool = True, postgres: bool = True) -> dict[str, str]:
-    """Start (or find) the embedded servers under ``data_dir``; return their URLs."""
+def ensure_embedded(
+    data_dir: Path,
+    redis: bool = True,
+    postgres: bool = True,
+    announce: Callable[[str], None] | None = None,
+) -> dict[str, str]:
+    """Start (or find) the embedded servers under ``data_dir``; return their URLs.
+
+    ``announce`` is told, in one sentence, which servers were started and where (nothing
+    when they were running already)."""
     data_dir = data_dir.resolve()
     urls: dict[str, str] = {}
+    started: list[str] = []
     with _start_lock(data_dir):
         if redis:
-            urls["redis"] = EmbeddedRedis(data_dir).ensure()
+            server = EmbeddedRedis(data_dir)
+            was = server.pid()
+            urls["redis"] = server.ensure()
+            if was is None:
+                started.append("Redis")
         if postgres:
-            urls["postgres"] = EmbeddedPostgres(data_dir).ensure()
+            pg = EmbeddedPostgres(data_dir)
+            was = pg.pid()
+            urls["postgres"] = pg.ensure()
+            if was is None:
+                started.append("PostgreSQL")
+    if started and announce is not None:
+        announce(
+            f"started embedded {' and '.join(started)} under {data_dir}"
+            " (amber status shows them, amber down stops them)"
+        )
     return urls
 
 

@@ -113,7 +113,7 @@ def test_a_prefix_resolves_for_decisions(stack: amber.Stack) -> None:
     aid = _analysis_with(stack, str(uuid.uuid4()))
     intent = stack.intents.begin(aid, "a1", "payer", "pay", "send")
     out = ok(cli("steps", "resolve", intent.step_id[:8], "--rerun"))
-    assert f"analysis {aid} resumes" in out
+    assert f"analysis {aid} continues when it resumes" in out
     review = stack.reviews.open(aid, "a1", "payer", "ok", "publish", {}, None, "approve")
     assert f"review {review.review_id} (publish) approved" in ok(
         cli("reviews", "approve", review.review_id[:8])

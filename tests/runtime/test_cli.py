@@ -100,7 +100,7 @@ def test_submit_queues_and_show_prints_results_and_the_timeline_after_the_run(
     ]
 
     out = ok(amber_cli("resume", aid, *APP))
-    assert "3 of 3 subtasks, completed" in out  # a function agent's steps (and its result)
+    assert "2 of 2 steps, completed" in out  # a function agent's steps, in its own word
     report = show(aid)
     assert report["status"] == "completed"
     (agent,) = report["agents"]
@@ -176,7 +176,7 @@ def test_a_failed_analysis_is_retried_from_its_last_checkpoint(
 
     broken.unlink()
     out = ok(amber_cli("analyses", "retry", aid, *APP, "--by", "ops"))
-    assert "cli_flaky: 3 of 3 subtasks, completed" in out
+    assert "cli_flaky: 2 of 2 steps, completed" in out
     report = show(aid)
     assert report["status"] == "completed"
     assert report["agents"][0]["result"] == {"first": "kept", "supplier": "up"}

@@ -102,7 +102,7 @@ def pause(
     console.print(report.message)
     for a in report.agents:
         console.print(
-            f"  {a['agent_type']}: {a['completed']} of {a['total']} subtasks, "
+            f"  {a['agent_type']}: {a['completed']} of {a['total']} {a.get('word', 'subtasks')}, "
             f"{a['l1_keys']} keys kept"
         )
 

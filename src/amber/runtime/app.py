@@ -36,6 +36,7 @@ from amber.errors import (
 )
 from amber.keys import check_id, check_reason, check_ticker, check_version
 from amber.memory.working import AgentMemory
+from amber.runtime.results import RESULT_KEY
 
 if TYPE_CHECKING:
     from amber.runtime.coordinator import LeadCoordinator
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
     from amber.runtime.worker import Worker
     from amber.stack import Stack
 
-RESULT_KEY = "amber:result"
-"""The step that records a function agent's return value."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 A = TypeVar("A", bound=type[BaseAgent])

@@ -43,7 +43,7 @@ from amber.runtime.analyses import Analyses
 from amber.runtime.execute import STORAGE_ERRORS, RunControl, RunStopped, StepExecutor
 from amber.runtime.leases import Claim
 from amber.runtime.preparing import AgentPreparer
-from amber.runtime.results import AgentResult, Stop
+from amber.runtime.results import AgentResult, Stop, counted_steps
 from amber.runtime.reviews import Reviews
 from amber.runtime.steps import Retry, StepIntents
 
@@ -452,8 +452,9 @@ class LeadCoordinator(AgentPreparer):
                     "agent_id": agent.agent_id,
                     "checkpoint_id": cp.checkpoint_id,
                     "seq": cp.seq,
-                    "completed": len(cp.completed_subtasks),
-                    "total": len(agent.subtasks),
+                    "completed": len(counted_steps(cp.completed_subtasks)),
+                    "total": _total(agent),
+                    "word": "steps" if agent.dynamic else "subtasks",
                     "next_subtask": cp.current_subtask,
                     "l1_keys": keys,
                     "l1_snapshot_hash": cp.l1_snapshot_hash,
@@ -471,11 +472,21 @@ class LeadCoordinator(AgentPreparer):
             agent.agent_id,
             status,
             done,
-            len(done) + len(agent.pending_subtasks) if agent.dynamic else len(agent.subtasks),
+            _total(agent),
             agent.retry_count,
             agent.get_interim_results(),
             error,
+            "steps" if agent.dynamic else "subtasks",
         )
+
+
+def _total(agent: BaseAgent) -> int:
+    """How many steps (subtasks) the agent has, as a person counts them: a class agent's
+    declared subtasks; a function agent's steps done and declared still to come (its
+    result is not one of them)."""
+    if not agent.dynamic:
+        return len(agent.subtasks)
+    return len(counted_steps(agent.done_subtasks())) + len(counted_steps(agent.pending_subtasks))
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:

@@ -5,6 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+RESULT_KEY = "amber:result"
+"""The step that records a function agent's return value: bookkeeping, never counted as
+one of the agent's steps."""
+
+
+def counted_steps(names: list[str]) -> list[str]:
+    """An agent's steps as a person counts them: without ``RESULT_KEY``."""
+    return [n for n in names if n != RESULT_KEY]
+
 
 @dataclass
 class AgentResult:
@@ -21,11 +30,13 @@ class AgentResult:
     retry_count: int
     deliverables: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    word: str = "subtasks"
+    """What the agent calls its units: ``subtasks`` (a class agent), ``steps`` (a function)."""
 
     @property
     def progress(self) -> str:
-        """'3 of 5 subtasks'."""
-        return f"{len(self.completed)} of {self.total} subtasks"
+        """'3 of 5 subtasks' (a function agent: '2 of 2 steps'), its result not counted."""
+        return f"{len(counted_steps(self.completed))} of {self.total} {self.word}"
 
 
 @dataclass

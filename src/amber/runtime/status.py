@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from amber import defaults
-from amber.runtime.app import RESULT_KEY as RESULT_STEP
+from amber.runtime.results import RESULT_KEY as RESULT_STEP
 
 if TYPE_CHECKING:
     from amber.runtime.analyses import AnalysisRecord

@@ -123,8 +123,9 @@ WHERE agent_id = %s AND l1_snapshot IS NOT NULL
 """
 
 _SUMMARY_COLUMNS = """checkpoint_id, analysis_id, agent_type, seq, writer, checkpoint_time,
-    progress_pct, current_subtask, cardinality(completed_subtasks) AS done,
-    cardinality(completed_subtasks) + cardinality(pending_subtasks) AS total,
+    progress_pct, current_subtask, cardinality(array_remove(completed_subtasks, 'amber:result'))
+    AS done, cardinality(array_remove(completed_subtasks, 'amber:result'))
+    + cardinality(array_remove(pending_subtasks, 'amber:result')) AS total,
     failure_reason, retry_count, agent_version, l1_snapshot IS NOT NULL AS dual"""
 
 CHECKPOINT_SUMMARIES = f"""
@@ -135,7 +136,8 @@ LATEST_CHECKPOINTS = f"""
 SELECT DISTINCT ON (agent_type) {_SUMMARY_COLUMNS}, completed_subtasks AS steps
 FROM agent_checkpoints WHERE analysis_id = %s ORDER BY agent_type, id DESC
 """
-"""Each agent type's newest checkpoint of an analysis, as a summary with its steps done."""
+"""Each agent type's newest checkpoint of an analysis, as a summary with its steps done.
+A function agent's ``amber:result`` (its return value's record) is no step: not counted."""
 
 COUNT_CHECKPOINTS = "SELECT count(*) FROM agent_checkpoints WHERE analysis_id = %s"
 

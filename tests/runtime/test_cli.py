@@ -303,6 +303,13 @@ def test_an_approved_review_is_delivered_once_and_the_analysis_continues(
     stack: amber.Stack,
 ) -> None:
     aid, rid = paused_for_review(stack, "launch")
+    waiting = f"waiting for review {rid} (publish): amber reviews approve {rid} (or reject)"
+    assert show(aid)["pause"]["says"] == waiting  # a review's wait, not a bare reason
+    assert f"paused: {waiting}" in ok(amber_cli("analyses", "show", aid))
+    listed = json.loads(ok(amber_cli("analyses", "list", "--limit", "0", "--json")))
+    assert [d["pause"]["says"] for d in listed if d["analysis_id"] == aid] == [waiting]
+    line = one_error_line(amber_cli("resume", aid, *APP))  # it would only pause again
+    assert waiting in line and "deciding it queues the analysis again" in line
     out = ok(
         amber_cli(
             "reviews", "approve", rid, "--by", "alice", "--comment", "fine", "--data", '{"n": 1}'

@@ -114,6 +114,11 @@ def test_approve_a_review_and_the_analysis_continues(
     with SyncPersistenceManager(engines.redis_url, prefix=scope) as pm:
         pm.save_review({"review_id": "rev_web", "task_id": "t9", "confidence": 0.4})
         wait_until(lambda: status_of(served, aid)["status"] == "paused", what="the review pause")
+        page.goto(f"{served.url}/#/analysis/{aid}")  # a review's wait, with its decision
+        toolbar = page.locator(".toolbar")
+        toolbar.get_by_text("waiting for review").wait_for()
+        assert toolbar.get_by_role("button", name="Approve publish").count() == 1
+        assert toolbar.get_by_role("button", name="Resume").count() == 0
         page.goto(served.url + "/#/reviews")
         card = page.locator(".review", has_text=aid[:8])
         card.wait_for()

@@ -53,7 +53,7 @@ def list_analyses(
             [
                 d["analysis_id"],
                 d["ticker"] or "",
-                d["state"],
+                d["state"] if d["pause"] is None else f"{d['state']}: {d['pause']['says']}",
                 "\n".join(progress),
                 d["updated_at"].strftime("%Y-%m-%d %H:%M"),
             ]

@@ -135,6 +135,8 @@ def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
         return
     head = [f"analysis {aid}", report["status"], report["ticker"], report["definition"]]
     console.print(" · ".join(part for part in head if part), highlight=False)
+    if report["pause"] is not None:
+        console.print(f"paused: {report['pause']['says']}", highlight=False)
     agents = []
     for a in report["agents"]:
         result = orjson.dumps(a["result"]).decode() if a["result"] is not None else "-"
@@ -193,6 +195,7 @@ def describe(stack: Stack, aid: str) -> dict[str, Any]:
         "input": shown["input"],
         "agents": agents,
         "timeline": shown["timeline"],
+        "pause": shown["pause"],
         "pauses": stack.analyses.pauses(aid),
     }
 

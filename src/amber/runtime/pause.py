@@ -27,6 +27,7 @@ from amber.runtime.analyses import Analyses
 from amber.runtime.coordinator import LeadCoordinator
 from amber.runtime.leases import Claim
 from amber.runtime.results import AgentResult
+from amber.runtime.reviews import waiting_for_review
 
 log = logging.getLogger("amber.pause")
 
@@ -184,6 +185,16 @@ class PauseManager:
                 analysis_id=aid,
                 status=record.status,
             )
+        pause = self.analyses.open_pause(aid) if record.status == "paused" else None
+        if pause is not None and pause["reason"] == "awaiting_review":
+            waiting = self.coordinator.reviews.list("pending", aid, 20)
+            if waiting:  # resuming would only pause again: a decision continues it
+                raise AnalysisStateError(
+                    f"analysis {aid} is {waiting_for_review(waiting)}; deciding it queues"
+                    " the analysis again",
+                    analysis_id=aid,
+                    status="awaiting_review",
+                )
         try:
             with self.analyses.runner_lock(aid, defaults.RUNNER_GONE_WAIT) as claim:
                 return self._resume_owned(claim, by, run)

@@ -152,6 +152,15 @@ def split_ref(ref: object) -> tuple[str | None, str]:
     return None, check_id(ref, "review_id")
 
 
+def waiting_for_review(reviews: builtins.list[Review]) -> str:
+    """How every surface says an analysis waits for people: ``waiting for review R (kind)``
+    (``reviews R1, R2`` when several), and how to decide."""
+    refs = ", ".join(f"{r.ref} ({r.kind})" for r in reviews)
+    first = reviews[0].ref
+    noun = "review" if len(reviews) == 1 else "reviews"
+    return f"waiting for {noun} {refs}: amber reviews approve {first} (or reject)"
+
+
 def deadline_at(deadline: object) -> datetime | None:
     """A deadline given as seconds from now, a ``timedelta`` or an aware ``datetime``."""
     if deadline is None:

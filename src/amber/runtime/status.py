@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from amber import defaults
 from amber.runtime.results import RESULT_KEY as RESULT_STEP
+from amber.runtime.reviews import waiting_for_review
 
 if TYPE_CHECKING:
     from amber.runtime.analyses import AnalysisRecord
@@ -90,12 +91,28 @@ def _shape(
         "created_at": record.created_at,
         "updated_at": record.updated_at,
         "agents": _progress(record, results, latest),
-        "pause": (
-            {"reason": pause["reason"], "since": pause["paused_at"], "by": pause["paused_by"]}
-            if pause
-            else None
-        ),
+        "pause": _pause(stack, aid, pause),
     }
+
+
+def _pause(stack: Stack, aid: str, pause: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The open pause as every surface shows it: reason, since, by, and in words
+    (``says``); paused for review, the reviews it waits for (``reviews``: ref, kind)."""
+    if pause is None:
+        return None
+    shown: dict[str, Any] = {
+        "reason": pause["reason"],
+        "since": pause["paused_at"],
+        "by": pause["paused_by"],
+        "says": pause["reason"],
+        "reviews": [],
+    }
+    if pause["reason"] == "awaiting_review":
+        waiting = stack.reviews.list("pending", aid, 20)
+        if waiting:
+            shown["says"] = waiting_for_review(waiting)
+            shown["reviews"] = [{"ref": r.ref, "kind": r.kind} for r in waiting]
+    return shown
 
 
 def summary(stack: Stack, record: AnalysisRecord) -> dict[str, Any]:
@@ -152,7 +169,9 @@ def checkpoint_row(row: dict[str, Any]) -> dict[str, Any]:
         "seq": row["seq"],
         "at": row["checkpoint_time"],
         "progress_pct": row["progress_pct"],
-        "current_subtask": row["current_subtask"],
+        "current_subtask": "its result"
+        if row["current_subtask"] == RESULT_STEP
+        else row["current_subtask"],
         "done": row["done"],
         "total": row["total"],
         "writer": row["writer"],

@@ -130,7 +130,7 @@ async function analysesView() {
     h("td", {}, a.definition || "-", a.ticker ? ` · ${a.ticker}` : ""),
     h("td", {}, badge(a.status, a.queued)),
     h("td", {}, a.agents.map((g) => h("div", {class: "agent-line"}, h("span", {class: "agent-name"}, g.agent_type), bar(g.done, g.total)))),
-    h("td", {}, a.pause ? [h("strong", {class: "reason"}, a.pause.reason), h("div", {class: "muted"}, `since ${ago(a.pause.since)}`)] : ""),
+    h("td", {}, a.pause ? [h("strong", {class: "reason"}, a.pause.says), h("div", {class: "muted"}, `since ${ago(a.pause.since)}`)] : ""),
     h("td", {class: "mono"}, a.owner || (a.queued ? "waiting for a worker" : "")),
     h("td", {}, ago(a.updated_at))));
   return [
@@ -175,7 +175,17 @@ function analysisActions(a) {
     out.push(button("Pause", () => act("pause", "Pause this analysis?", "Its run stops at the next step boundary; every agent is checkpointed.",
       (reason) => api(`/analyses/${id}/pause`, {method: "POST", body: {reason: reason || "manual"}}), "Reason", "manual")));
   }
-  if (a.status === "paused") {
+  const reviewing = a.pause && a.pause.reviews && a.pause.reviews.length;
+  if (a.status === "paused" && reviewing) {  // a decision continues it, not a resume
+    for (const r of a.pause.reviews) {
+      for (const [verb, label] of [["approve", "Approve"], ["reject", "Reject"]]) {
+        out.push(button(`${label} ${r.kind}`, () => act(verb, `${label} review ${r.kind}?`,
+          "The decision is recorded once and the analysis is queued again.",
+          (comment) => api(`/reviews/${encodeURIComponent(r.ref)}/${verb}`, {method: "POST", body: {comment: comment || null}}), "Comment (optional)"),
+          verb === "reject" ? "danger" : undefined));
+      }
+    }
+  } else if (a.status === "paused") {
     out.push(button("Resume", () => act("resume", "Resume this analysis?", "Every agent's working memory is recovered now; a worker then continues it.",
       () => api(`/analyses/${id}/resume`, {method: "POST"}))));
   }
@@ -258,7 +268,7 @@ async function analysisView(id) {
     e.detail ? h("span", {class: "muted mono"}, ` ${JSON.stringify(e.detail)}`) : ""));
   return [
     h("section", {class: "toolbar"}, h("h1", {}, `Analysis ${short(a.analysis_id)}`), badge(a.status, a.queued),
-      a.pause ? h("span", {class: "reason"}, `${a.pause.reason} · since ${ago(a.pause.since)}`) : "",
+      a.pause ? h("span", {class: "reason"}, `${a.pause.says} · since ${ago(a.pause.since)}`) : "",
       a.owner ? h("span", {class: "muted mono"}, `run held by ${a.owner}`) : "",
       h("span", {class: "spacer"}), analysisActions(a)),
     h("p", {class: "muted mono"}, `${a.analysis_id} · ${a.definition || "-"}${a.ticker ? " · " + a.ticker : ""}`),

@@ -343,3 +343,34 @@ def test_every_listing_takes_limit_0_as_all(engines: Engines, listing: list[str]
     result = CliRunner().invoke(app, [*listing, "--limit", "0", "--json"])
     assert result.exit_code == 0, result.output
     assert isinstance(json.loads(result.output), list)
+
+
+@pytest.mark.parametrize("columns", [None, 120])
+def test_show_never_cuts_a_value_inside(stack: amber.Stack, columns: int | None) -> None:
+    """A result is on lines of its own: piped (no COLUMNS) it is one whole line; on a
+    120-column terminal it is folded alone, never beside other columns; a timestamp is
+    never split from its time."""
+    from amber.runtime.app import App
+
+    application = App(f"wide_{uuid.uuid4().hex[:8]}")
+    big = {"revenue": 42.5, "notes": "x" * 300, "figures": list(range(60))}
+
+    @application.agent(name=f"wide_{uuid.uuid4().hex[:8]}")
+    def wide(ctx: Any) -> dict[str, Any]:
+        return big
+
+    aid = application.submit(stack, [wide], {})
+    application.run(stack, aid)
+    env = {"COLUMNS": "" if columns is None else str(columns)}  # "": piped, no width given
+    out = CliRunner().invoke(app, ["analyses", "show", aid], env=env).output
+    lines = out.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("result of ")) + 1
+    end = lines.index("timeline:")
+    folded = lines[start:end]
+    assert json.loads("".join(line.strip() for line in folded)) == big, out  # whole, alone
+    if columns is None:
+        assert len(folded) == 1, out  # piped: full width, one line
+    else:
+        assert all(len(line) <= columns for line in lines), out
+    stamps = [line.split()[0] for line in lines[end + 1 :] if line.startswith("  2")]
+    assert stamps and all("T" in stamp for stamp in stamps), out  # date and time together

@@ -271,3 +271,16 @@ async def test_the_same_id_under_two_prefixes_are_two_reviews(
     with pytest.raises(amber.InvalidValue, match=f"{prefix}:same"):
         stack.reviews.get("same")  # a bare id in two scopes: the error names both
     assert stack.reviews.get(f"{other}:same").status == "rejected"
+
+
+async def test_text_postgresql_cannot_hold_is_a_validation_error(
+    pm: PersistenceManager, pg: psycopg.Connection[tuple[object, ...]], prefix: str
+) -> None:
+    for change, field in [
+        ({"decision": "approved", "decided_by": "al\x00ice"}, "decided_by"),
+        ({"decision": "approved", "decided_by": "alice", "comment": "ok\x00"}, "comment"),
+    ]:
+        with pytest.raises(ValidationError) as info:
+            await pm.save_review(review("r1", **change))
+        assert info.value.field == field  # type: ignore[attr-defined]
+    assert rows(pg, prefix) == []

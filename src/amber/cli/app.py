@@ -85,6 +85,8 @@ class SafeStream:
 
 # Output shows data (ids, keys, reasons) as it is: no markup, no :emoji: codes in it.
 console = Console(file=cast(TextIO, SafeStream("stdout")), markup=False, emoji=False)
+UNBOUNDED = 100_000
+"""The width of output that goes to a file or a pipe: lines are never wrapped there."""
 err_console = Console(file=cast(TextIO, SafeStream("stderr")), markup=False, emoji=False)
 
 
@@ -141,6 +143,8 @@ def _shared(
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:  # as the environment says now
         console.width = err_console.width = int(columns)
+    elif not console.is_terminal:  # piped: full width, nothing wrapped for a reader
+        console.width = UNBOUNDED
 
 
 P = ParamSpec("P")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
+from rich.text import Text
 
 from amber.cli import ids, output
 from amber.cli.app import OPTIONS, app, console, friendly
@@ -123,6 +124,10 @@ def submit(
 
 
 # -- analyses show | retry (registered by amber.cli.analyses) ------------------------------
+RESULT_SHOWN = 2_000
+"""Characters of an agent's result ``amber analyses show`` prints (``--json``: all)."""
+
+
 @friendly
 def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
     """One analysis: each agent's result, steps and checkpoints, and its timeline."""
@@ -137,19 +142,16 @@ def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
     console.print(" · ".join(part for part in head if part), highlight=False)
     if report["pause"] is not None:
         console.print(f"paused: {report['pause']['says']}", highlight=False)
-    agents = []
-    for a in report["agents"]:
-        result = orjson.dumps(a["result"]).decode() if a["result"] is not None else "-"
-        agents.append(
-            [
-                a["agent_type"],
-                a["agent_id"],
-                a["progress"],
-                ", ".join(a["steps"]) or "-",
-                a["checkpoints_said"],
-                result if len(result) <= 200 else result[:197] + "...",
-            ]
-        )
+    agents = [
+        [
+            a["agent_type"],
+            a["agent_id"],
+            a["progress"],
+            ", ".join(a["steps"]) or "-",
+            a["checkpoints_said"],
+        ]
+        for a in report["agents"]
+    ]
     table(
         [
             Col("agent"),
@@ -157,15 +159,26 @@ def show(analysis_id: AnalysisArg, as_json: JsonFlag = False) -> None:
             Col("status", "text"),
             Col("steps", "text"),
             Col("checkpoints", "text"),
-            Col("result", "text"),
         ],
         agents,
     )
-    events = []
+    # values on lines of their own, never cut inside a table cell: a terminal gets each
+    # folded whole at its width, a pipe (full width) as one line
+    for a in report["agents"]:
+        if a["result"] is not None:
+            result = orjson.dumps(a["result"]).decode()
+            if len(result) > RESULT_SHOWN:
+                result = result[:RESULT_SHOWN] + " ... (the rest with --json)"
+            console.print(f"result of {a['agent_type']}:", highlight=False)
+            console.print(Text(f"  {result}", overflow="fold"), highlight=False)
+    console.print("timeline:", highlight=False)
     for e in report["timeline"]:
-        detail = orjson.dumps(e["detail"]).decode() if e["detail"] else ""
-        events.append([e["at"].strftime("%Y-%m-%d %H:%M:%S"), e["kind"], e["by"] or "", detail])
-    table([Col("at"), Col("event"), Col("by", "id"), Col("detail", "text")], events)
+        by = f" by {e['by']}" if e["by"] else ""
+        at = e["at"].strftime("%Y-%m-%dT%H:%M:%S")
+        console.print(f"  {at}  {e['kind']}{by}", highlight=False)
+        if e["detail"]:
+            detail = orjson.dumps(e["detail"]).decode()
+            console.print(Text(f"    {detail}", overflow="fold"), highlight=False)
 
 
 def describe(stack: Stack, aid: str) -> dict[str, Any]:

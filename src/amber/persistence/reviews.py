@@ -14,10 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amber import defaults
 from amber.engines.connect import open_pg
 from amber.engines.embedded import ensure_embedded
 from amber.errors import InvalidValue, ValidationError
-from amber.keys import check_id
+from amber.keys import check_id, check_text
 from amber.persistence.models import ReviewItem, Verdict, parse
 
 if TYPE_CHECKING:
@@ -93,6 +94,15 @@ class TaskReviews:
                 field="expires_at",
                 review_id=checked.review_id,
             )
+        for name in ("decided_by", "comment"):  # text PostgreSQL cannot hold
+            value = getattr(checked, name)
+            try:
+                if value is not None:
+                    check_text(value, name, defaults.COMMENT_MAX_LEN, allow_empty=True)
+            except InvalidValue as exc:
+                raise ValidationError(
+                    f"invalid review: {exc.message}", field=name, review_id=checked.review_id
+                ) from None
         decided = checked.decision
         fields = {
             "review_id": checked.review_id,

@@ -171,3 +171,10 @@ CHECKPOINT_KEEP = 2
 
 CHECKPOINT_ZSTD_LEVEL = 3
 """zstd level of checkpoint bodies; chosen by bench/bench_wal.py (see docs/wal.md)."""
+
+WORKER_LIVE_SECONDS = 15.0
+"""Seconds a worker counts as alive after it last said so (it says so every few seconds):
+what decides whether an analysis's agent is registered by a live worker."""
+
+WORKER_SEEN_EVERY = 3.0
+"""Seconds between a worker's notes that it is alive."""

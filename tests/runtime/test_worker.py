@@ -17,6 +17,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import amber
+from amber import defaults
 from tests.conftest import Engines
 from tests.runtime import fleet, workapp
 from tests.runtime.fleet import Fleet, audit, starts, wait_until
@@ -266,3 +267,45 @@ def test_a_worker_never_claims_again_an_analysis_it_is_still_running(
     assert kinds == ["submitted", "claimed", "completed"], kinds
     assert worker.stats.claimed == 1 and worker.stats.errors == 0
     assert audit(stack, [aid], book, died=set()).problems() == {}
+
+
+def test_an_analysis_no_live_worker_can_run_says_so(
+    stack: amber.Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose app lacks one of an analysis's agents leaves it (right: another
+    worker may have the code) but says so, once; the status says what it waits for."""
+    import logging
+    import uuid
+
+    from amber.runtime import status
+
+    tag = uuid.uuid4().hex[:8]
+    full, partial = amber.App(f"full_{tag}"), amber.App(f"partial_{tag}")
+    writer, ghost = f"writer_{tag}", f"ghostwriter_{tag}"
+    for app in (full, partial):
+        app.agent(lambda ctx: 1, name=writer)
+    full.agent(lambda ctx: 2, name=ghost)
+    aid = full.submit(stack, [writer, ghost], {})
+    assert status.summary(stack, stack.analyses.get(aid))["state"].startswith(
+        "running (queued"
+    )  # no worker alive at all: it simply waits for one
+    worker = partial.worker(stack, 1)
+    runner = threading.Thread(target=worker.run, daemon=True)
+    with caplog.at_level(logging.WARNING, logger="amber.worker"):
+        runner.start()
+        try:
+            wait_until(
+                lambda: bool(stack.analyses.unserved(aid)), 20, "the worker to say it is alive"
+            )
+            shown = status.summary(stack, stack.analyses.get(aid))
+            assert shown["state"] == f"running (waiting: no live worker registers agent '{ghost}')"
+            assert shown["unserved"] == [ghost]
+            assert ghost in stack.analyses.unserved_anywhere()  # amber status says it too
+            time.sleep(defaults.WORKER_SEEN_EVERY + 0.5)  # it says alive again: logs no more
+        finally:
+            worker.stop()
+            runner.join(timeout=30)
+    told = [r.getMessage() for r in caplog.records if aid in r.getMessage()]
+    assert len(told) == 1 and f"registers no agent '{ghost}'" in told[0], told
+    assert stack.analyses.get(aid).status == "running"  # left, not claimed
+    assert stack.analyses.unserved(aid) == []  # the worker stopped: no live worker now

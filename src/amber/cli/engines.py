@@ -86,6 +86,13 @@ def status(as_json: JsonFlag = False) -> None:
         f"pending reviews {doc['pending_reviews']} · steps in doubt {doc['in_doubt_steps']}",
         highlight=False,
     )
+    if doc["unserved_agents"]:
+        from amber.runtime.status import no_worker_registers
+
+        console.print(
+            f"queued analyses waiting: {no_worker_registers(doc['unserved_agents'])}",
+            highlight=False,
+        )
     failures = doc["recent_failures"]
     console.print(f"failed in the last {RECENT_HOURS} h: {len(failures)}", highlight=False)
     for f in failures:
@@ -108,6 +115,7 @@ def _overview(stack: Stack) -> dict[str, Any]:
         "prefix": stack.keys.prefix,
         "analyses": {s: counts.get(s, 0) for s in STATUSES},
         "queued": stack.analyses.queued(),
+        "unserved_agents": stack.analyses.unserved_anywhere(),
         "in_flight": stack.analyses.in_flight(),
         "pending_reviews": stack.reviews.count("pending"),
         "in_doubt_steps": stack.intents.count_in_doubt(),

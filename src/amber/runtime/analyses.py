@@ -24,6 +24,7 @@ from amber.errors import (
     fenced,
 )
 from amber.keys import check_uuid, runner_id
+from amber.runtime import sql as runtime_sql
 from amber.runtime.leases import Claim, Leases, wait_for
 from amber.schema import sql
 
@@ -227,6 +228,45 @@ class Analyses:
     def has_runner(self, analysis_id: object) -> bool:
         """Whether a live run holds the analysis's lease."""
         return self.leases.holder(check_uuid(analysis_id)) is not None
+
+    # -- the workers alive, and what they can run -----------------------------------------
+    def worker_seen(self, name: str, app: str, agent_types: builtins.list[str]) -> None:
+        """Record that worker ``name`` is alive (its process's liveness lock held) and
+        runs ``agent_types``."""
+        key = self.leases.liveness.ensure()
+        with self.pg.connection() as conn:
+            conn.execute(runtime_sql.WORKER_SEEN, (name, app, agent_types, key))
+
+    def worker_gone(self, name: str) -> None:
+        """Forget a worker that stopped."""
+        with self.pg.connection() as conn:
+            conn.execute(runtime_sql.WORKER_GONE, (name,))
+
+    def unserved(self, analysis_id: str) -> builtins.list[str]:
+        """The analysis's agent names no live worker registers (empty when none is alive)."""
+        params = {
+            "aid": analysis_id,
+            "live": defaults.WORKER_LIVE_SECONDS,
+            "space": sql.LIVENESS_SPACE,
+        }
+        with self.pg.connection() as conn:
+            return [str(r[0]) for r in conn.execute(runtime_sql.UNSERVED, params).fetchall()]
+
+    def unserved_anywhere(self) -> builtins.list[str]:
+        """Agent names queued analyses need that no live worker registers (a few)."""
+        params = {"live": defaults.WORKER_LIVE_SECONDS, "space": sql.LIVENESS_SPACE}
+        with self.pg.connection() as conn:
+            rows = conn.execute(runtime_sql.UNSERVED_AGENTS, params).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def unrunnable(
+        self, known: builtins.list[str], limit: int = 20
+    ) -> builtins.list[tuple[str, builtins.list[str]]]:
+        """Queued analyses an app registering ``known`` cannot run, with what it lacks."""
+        params = {"known": known, "limit": limit, "space": sql.LIVENESS_SPACE}
+        with self.pg.connection() as conn:
+            rows = conn.execute(runtime_sql.UNRUNNABLE, params).fetchall()
+        return [(str(r[0]), [str(x) for x in r[1]]) for r in rows]
 
     def queued(self) -> int:
         """How many running analyses no live run holds (queued for a worker)."""

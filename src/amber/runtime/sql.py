@@ -200,3 +200,48 @@ WHERE analysis_id = %s AND status = 'paused'
 RETURNING status
 """
 """Queue again an analysis paused for review once none of its reviews is pending."""
+
+
+# -- workers -------------------------------------------------------------------------------
+WORKER_SEEN = """
+INSERT INTO amber_workers (name, app, agent_types, lock_key) VALUES (%s, %s, %s, %s)
+ON CONFLICT (name) DO UPDATE SET app = EXCLUDED.app, agent_types = EXCLUDED.agent_types,
+    lock_key = EXCLUDED.lock_key, seen_at = NOW()
+"""
+"""A worker says it is alive, which agent names its app registers, and the liveness lock
+its process holds (a worker whose process died stops counting at once)."""
+
+WORKER_GONE = "DELETE FROM amber_workers WHERE name = %s"
+
+_LIVE_WORKER = """w.seen_at > NOW() - make_interval(secs => %(live)s)
+    AND w.lock_key IN (SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory'
+                       AND granted AND classid = %(space)s::oid AND objsubid = 2)"""
+
+UNSERVED = f"""
+SELECT DISTINCT e->>'agent_type' FROM analyses a, jsonb_array_elements(a.agents) e
+WHERE a.analysis_id = %(aid)s
+  AND EXISTS (SELECT 1 FROM amber_workers w WHERE {_LIVE_WORKER})
+  AND NOT EXISTS (SELECT 1 FROM amber_workers w
+                  WHERE {_LIVE_WORKER} AND e->>'agent_type' = ANY(w.agent_types))
+ORDER BY 1
+"""
+"""The agent names of an analysis that no live worker registers (none when no worker is
+alive at all: then it simply waits for one)."""
+
+UNRUNNABLE = f"""
+SELECT a.analysis_id::text, array_agg(e->>'agent_type' ORDER BY e->>'agent_type')
+FROM analyses a, jsonb_array_elements(a.agents) e
+WHERE a.status = 'running' AND {NO_LIVE_LEASE} AND NOT (e->>'agent_type' = ANY(%(known)s))
+GROUP BY a.analysis_id ORDER BY a.analysis_id LIMIT %(limit)s
+"""
+"""Queued analyses a worker registering ``known`` cannot run, with the names it lacks."""
+
+UNSERVED_AGENTS = f"""
+SELECT DISTINCT e->>'agent_type' FROM analyses a, jsonb_array_elements(a.agents) e
+WHERE a.status = 'running' AND {NO_LIVE_LEASE}
+  AND EXISTS (SELECT 1 FROM amber_workers w WHERE {_LIVE_WORKER})
+  AND NOT EXISTS (SELECT 1 FROM amber_workers w
+                  WHERE {_LIVE_WORKER} AND e->>'agent_type' = ANY(w.agent_types))
+ORDER BY 1 LIMIT 20
+"""
+"""Agent names queued analyses need that no live worker registers, a few."""

@@ -48,6 +48,11 @@ def _progress(
     return agents
 
 
+def no_worker_registers(agent_types: list[str]) -> str:
+    """How every surface says an analysis waits for code no live worker has."""
+    return "no live worker registers agent " + ", ".join(repr(a) for a in agent_types)
+
+
 def progress_text(agent: dict[str, Any]) -> str:
     """One agent's progress in words: ``not started``, ``3 of 5``, or its end with what
     it did (``completed, 5 of 5``)."""
@@ -80,11 +85,16 @@ def _shape(
     pause = stack.analyses.open_pause(aid) if record.status == "paused" else None
     owner = stack.analyses.leases.holder(aid) if record.status == "running" else None
     queued = record.status == "running" and owner is None
+    unserved = stack.analyses.unserved(aid) if queued else []
+    state = QUEUED if queued else record.status
+    if unserved:
+        state = "running (waiting: " + no_worker_registers(unserved) + ")"
     return {
         "analysis_id": aid,
         "status": record.status,
-        "state": QUEUED if queued else record.status,
+        "state": state,
         "queued": queued,
+        "unserved": unserved,
         "owner": owner,
         "ticker": record.stock_ticker or None,
         "definition": record.definition,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from amber import defaults
 from amber.errors import (
     AmberError,
     AnalysisStateError,
@@ -96,17 +97,22 @@ class Worker:
         self._backoff: dict[str, tuple[float, float]] = {}
         """Analyses whose last run failed on an error: (left alone until, the wait)."""
         self._lock = threading.Lock()
+        self._told: set[str] = set()
+        """Analyses this worker said it cannot run (each is said once)."""
 
     def run(self, until: Callable[[], bool] | None = None) -> WorkerStats:
         """Claim and run work until :meth:`stop` (or ``until()`` is true); then hand back."""
         poll = self.stack.settings.worker_poll
         leases, reviews = self.stack.analyses.leases, self.coordinator.reviews
         log.info("%s", banner(self.name, self.app.name, self.concurrency))
-        next_expiry = 0.0
+        next_expiry = next_seen = 0.0
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="amber-run") as pool:
             while not self.shutdown.is_set():
                 claims: list[Claim] = []
                 try:
+                    if time.monotonic() >= next_seen:
+                        self._say_alive()
+                        next_seen = time.monotonic() + defaults.WORKER_SEEN_EVERY
                     if time.monotonic() >= next_expiry:  # once a poll, not at every claim
                         reviews.expire_due()
                         next_expiry = time.monotonic() + poll
@@ -130,7 +136,26 @@ class Worker:
                     self._wake.wait(poll)
                 self._wake.clear()
             self.shutdown.set()
+        with contextlib.suppress(StoreUnavailable):  # else its row lapses by itself
+            self.stack.analyses.worker_gone(self.name)
         return self.stats
+
+    def _say_alive(self) -> None:
+        """Note this worker and the agent names it runs; log once each queued analysis it
+        cannot run (another worker's app may register what this one lacks)."""
+        known = self.app.names()
+        self.stack.analyses.worker_seen(self.name, self.app.name, known)
+        for aid, lacking in self.stack.analyses.unrunnable(known):
+            if aid in self._told:
+                continue
+            self._told.add(aid)
+            log.warning(
+                "worker %s leaves analysis %s to another worker: app %r registers no agent %s",
+                self.name,
+                aid,
+                self.app.name,
+                ", ".join(repr(x) for x in lacking),
+            )
 
     def _run_one(self, claim: Claim) -> None:
         aid = claim.analysis_id

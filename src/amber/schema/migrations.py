@@ -397,6 +397,17 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE analyses ADD COLUMN lease_server TEXT;
     """,
+    # 13: the workers alive now and the agent names each one's app registers, so an
+    #     analysis no live worker can run says so instead of waiting in silence.
+    """
+    CREATE TABLE amber_workers (
+        name TEXT PRIMARY KEY,
+        app TEXT NOT NULL,
+        agent_types TEXT[] NOT NULL,
+        lock_key BIGINT NOT NULL,
+        seen_at TIMESTAMPTZ NOT NULL DEFAULT NOW()
+    );
+    """,
 ]
 
 

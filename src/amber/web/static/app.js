@@ -131,7 +131,7 @@ async function analysesView() {
     h("td", {}, badge(a.status, a.queued)),
     h("td", {}, a.agents.map((g) => h("div", {class: "agent-line"}, h("span", {class: "agent-name"}, g.agent_type), bar(g.done, g.total)))),
     h("td", {}, a.pause ? [h("strong", {class: "reason"}, a.pause.says), h("div", {class: "muted"}, `since ${ago(a.pause.since)}`)] : ""),
-    h("td", {class: "mono"}, a.owner || (a.queued ? "waiting for a worker" : "")),
+    h("td", {class: "mono"}, a.owner || (a.queued ? (a.unserved && a.unserved.length ? a.state : "waiting for a worker") : "")),
     h("td", {}, ago(a.updated_at))));
   return [
     h("section", {class: "toolbar"}, h("h1", {}, "Analyses"), filter, h("span", {class: "spacer"}), submitForm(app)),
@@ -270,6 +270,7 @@ async function analysisView(id) {
     h("section", {class: "toolbar"}, h("h1", {}, `Analysis ${short(a.analysis_id)}`), badge(a.status, a.queued),
       a.pause ? h("span", {class: "reason"}, `${a.pause.says} · since ${ago(a.pause.since)}`) : "",
       a.owner ? h("span", {class: "muted mono"}, `run held by ${a.owner}`) : "",
+      a.unserved && a.unserved.length ? h("span", {class: "reason"}, a.state) : "",
       h("span", {class: "spacer"}), analysisActions(a)),
     h("p", {class: "muted mono"}, `${a.analysis_id} · ${a.definition || "-"}${a.ticker ? " · " + a.ticker : ""}`),
     a.reviews.length ? [h("h2", {}, "Reviews"), a.reviews.map(reviewCard)] : "",

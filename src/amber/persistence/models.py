@@ -20,7 +20,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from amber import defaults
 from amber.errors import InvalidIdentifier, ValidationError
-from amber.keys import check_id
+from amber.keys import check_id, check_text
 
 _STRICT = ConfigDict(extra="forbid")
 """Unknown fields are refused. Edits to a model are checked when it is saved, so every
@@ -133,9 +133,20 @@ def _default_expiry() -> datetime:
     return datetime.now(UTC) + timedelta(seconds=defaults.REVIEW_TTL)
 
 
-DeciderName = Annotated[str, Field(min_length=1, max_length=defaults.ID_MAX_LEN)]
+def _storable(kind: str) -> AfterValidator:
+    """Text PostgreSQL can hold (reviews are rows there): no NUL, no lone surrogate."""
+
+    def check(value: str) -> str:
+        return check_text(value, kind, defaults.COMMENT_MAX_LEN, allow_empty=True)
+
+    return AfterValidator(check)
+
+
+DeciderName = Annotated[
+    str, Field(min_length=1, max_length=defaults.ID_MAX_LEN), _storable("decided_by")
+]
 """Who decided a review: a user name or address, 1-128 characters."""
-Comment = Annotated[str, Field(max_length=defaults.COMMENT_MAX_LEN)]
+Comment = Annotated[str, Field(max_length=defaults.COMMENT_MAX_LEN), _storable("comment")]
 """A reviewer's comment, at most 10,000 characters."""
 
 

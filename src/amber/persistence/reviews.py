@@ -10,15 +10,13 @@ code using only sessions and tasks needs no PostgreSQL.
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amber import defaults
 from amber.engines.connect import open_pg
 from amber.engines.embedded import ensure_embedded
-from amber.errors import InvalidValue, ValidationError
-from amber.keys import check_id, check_text
+from amber.errors import ValidationError
+from amber.keys import check_id
 from amber.persistence.models import ReviewItem, Verdict, parse
 
 if TYPE_CHECKING:
@@ -94,15 +92,6 @@ class TaskReviews:
                 field="expires_at",
                 review_id=checked.review_id,
             )
-        for name in ("decided_by", "comment"):  # text PostgreSQL cannot hold
-            value = getattr(checked, name)
-            try:
-                if value is not None:
-                    check_text(value, name, defaults.COMMENT_MAX_LEN, allow_empty=True)
-            except InvalidValue as exc:
-                raise ValidationError(
-                    f"invalid review: {exc.message}", field=name, review_id=checked.review_id
-                ) from None
         decided = checked.decision
         fields = {
             "review_id": checked.review_id,
@@ -135,7 +124,7 @@ class TaskReviews:
     def list(self, limit: int = 0) -> list[ReviewItem]:
         """Pending reviews, soonest ``expires_at`` first (``limit`` 0: all)."""
         rows = self.store().list("pending", None, limit or None, scope=self.scope)
-        return [_item(r) for r in rows if r.deadline and r.deadline > datetime.now(UTC)]
+        return [_item(r) for r in rows]  # past expires_at: left out by the query
 
     def remove(self, review_id: str) -> bool:
         """Remove a review; False if there was none."""
@@ -147,12 +136,8 @@ class TaskReviews:
         """Record ``decision`` (``approved`` or ``rejected``) by ``by``, once."""
         verdict = parse(Verdict, {"decision": decision, "by": by, "comment": comment})
         ref = f"{self.scope}:{check_id(review_id, 'review_id')}"
-        try:
-            decided = self.store().decide(ref, verdict.decision, verdict.by, verdict.comment)
-        except InvalidValue as exc:  # text PostgreSQL cannot hold (a NUL), named as the
-            field = str(exc.context.get("field", "(document)"))  # module names a bad field
-            raise ValidationError(exc.message, field=field) from None
-        return _item(decided)
+        # the models checked every text is one PostgreSQL can hold
+        return _item(self.store().decide(ref, verdict.decision, verdict.by, verdict.comment))
 
     def close(self) -> None:
         """Close the pool, if a review call opened one."""

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -24,6 +23,7 @@ from amber import codec, defaults, observe
 from amber.errors import InvalidValue, ReviewAlreadyDecided, ReviewNotFound, fenced
 from amber.keys import check_id, check_reason, check_text, check_uuid
 from amber.runtime import sql
+from amber.runtime.decided import note_and_resume
 from amber.schema import sql as core_sql
 
 OUTCOMES = ("approved", "rejected")
@@ -361,7 +361,16 @@ class Reviews:
             row = conn.execute(sql.DECIDE, params).fetchone()
             review = None if row is None else _review(row)
             if review is not None and review.analysis_id is not None:
-                _resume_waiting(conn, review, by)
+                detail = {"review_id": rid, "kind": review.kind, "status": review.status}
+                note_and_resume(
+                    conn,
+                    review.analysis_id,
+                    "review_decided",
+                    detail,
+                    by,
+                    sql.RESUME_AFTER_REVIEW,
+                    "awaiting_review",
+                )
         if row is None:
             current = self.find(scope, rid)
             if current is None:  # a task's review whose deadline passed meanwhile
@@ -412,16 +421,3 @@ class Reviews:
         return self.decide(
             review.ref, ON_DEADLINE[review.on_deadline], "deadline", None, None, expired=True
         )
-
-
-def _resume_waiting(conn: psycopg.Connection[Any], review: Review, by: str) -> None:
-    """Record a decided analysis's review on its timeline, and queue the analysis again
-    if it paused for review and none of its reviews is pending now."""
-    aid = review.analysis_id
-    resumed = conn.execute(sql.RESUME_AFTER_REVIEW, (aid,) * 3)
-    detail = {"review_id": review.review_id, "kind": review.kind, "status": review.status}
-    conn.execute(core_sql.ADD_EVENT, (aid, "review_decided", by, Jsonb(detail)))
-    if resumed.fetchone() is not None:
-        conn.execute(core_sql.RESUME_PAUSE, (by, Jsonb({}), aid))
-        conn.execute(core_sql.ADD_EVENT, (aid, "resumed", by, None))
-        observe.emit(observe.RESUME, reason="awaiting_review")

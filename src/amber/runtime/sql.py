@@ -43,16 +43,25 @@ RETURNING {_INTENT_COLUMNS}, FALSE AS fresh
 """
 """Decide an in-doubt step once: ``rerun`` it, or ``skip`` it with a given result."""
 
-RESUME_AFTER_STEP = """
+
+def _resume_after(reason: str, blocker: str) -> str:
+    """The statement that queues again an analysis paused for ``reason`` once nothing
+    ``blocker`` selects (of ``%(aid)s``) holds it any more."""
+    return f"""
 UPDATE analyses SET status = 'running', updated_at = NOW()
 WHERE analysis_id = %(aid)s AND status = 'paused'
   AND (SELECT reason FROM analysis_pauses WHERE analysis_id = %(aid)s AND resumed_at IS NULL
-       ORDER BY id DESC LIMIT 1) = 'step_in_doubt'
-  AND NOT EXISTS (SELECT 1 FROM step_intents WHERE analysis_id = %(aid)s AND status = 'started')
+       ORDER BY id DESC LIMIT 1) = '{reason}'
+  AND NOT EXISTS ({blocker})
 RETURNING status
 """
-"""Queue again an analysis paused for a step in doubt once none of its steps is (as
-deciding its last review does)."""
+
+
+RESUME_AFTER_STEP = _resume_after(
+    "step_in_doubt",
+    "SELECT 1 FROM step_intents WHERE analysis_id = %(aid)s AND status = 'started'",
+)
+"""Queue again an analysis paused for a step in doubt once none of its steps is."""
 
 INTENT = f"SELECT {_INTENT_COLUMNS}, FALSE AS fresh FROM step_intents WHERE step_id = %s"
 
@@ -191,14 +200,10 @@ RETURNING status
 """
 """Pause a running analysis for review, unless every review it waits for is decided."""
 
-RESUME_AFTER_REVIEW = """
-UPDATE analyses SET status = 'running', updated_at = NOW()
-WHERE analysis_id = %s AND status = 'paused'
-  AND (SELECT reason FROM analysis_pauses WHERE analysis_id = %s AND resumed_at IS NULL
-       ORDER BY id DESC LIMIT 1) = 'awaiting_review'
-  AND NOT EXISTS (SELECT 1 FROM reviews WHERE analysis_id = %s AND status = 'pending')
-RETURNING status
-"""
+RESUME_AFTER_REVIEW = _resume_after(
+    "awaiting_review",
+    "SELECT 1 FROM reviews WHERE analysis_id = %(aid)s AND status = 'pending'",
+)
 """Queue again an analysis paused for review once none of its reviews is pending."""
 
 

@@ -22,10 +22,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from amber import codec, defaults, observe
+from amber import codec, defaults
 from amber.errors import AnalysisStateError, InvalidValue, NotFound, fenced
 from amber.keys import check_reason, check_uuid
 from amber.runtime import sql
+from amber.runtime.decided import note_and_resume
 from amber.schema import sql as core_sql
 
 STEP_KEY_MAX_LEN = 512
@@ -239,7 +240,7 @@ class StepIntents:
         with self.pg.connection() as conn, conn.transaction():
             conn.execute(sql.LOCK_ANALYSIS, (current.analysis_id,))
             row = conn.execute(sql.RESOLVE_INTENT, params).fetchone()
-            resumed = row is not None and _resume_after_step(conn, _intent(row), by)
+            resumed = row is not None and _resolved(conn, _intent(row), by)
         if row is None:
             raise AnalysisStateError(
                 f"step is {current.status}, not in doubt: nothing to resolve",
@@ -249,15 +250,16 @@ class StepIntents:
         return dataclasses.replace(_intent(row), resumed=resumed)
 
 
-def _resume_after_step(conn: psycopg.Connection[Any], intent: Intent, by: str) -> bool:
-    """Record the decision on the analysis's timeline and queue the analysis again if it
-    paused for this step and none of its steps is in doubt now; whether it was."""
-    aid = intent.analysis_id
+def _resolved(conn: psycopg.Connection[Any], intent: Intent, by: str) -> bool:
+    """Record the decision on the analysis's timeline; queue the analysis again if it
+    paused for this step and none of its steps is in doubt now (whether it was)."""
     detail = {"step_id": intent.step_id, "step": intent.step_key, "action": intent.status}
-    conn.execute(core_sql.ADD_EVENT, (aid, "step_resolved", by, Jsonb(detail)))
-    if conn.execute(sql.RESUME_AFTER_STEP, {"aid": aid}).fetchone() is None:
-        return False
-    conn.execute(core_sql.RESUME_PAUSE, (by, Jsonb({}), aid))
-    conn.execute(core_sql.ADD_EVENT, (aid, "resumed", by, None))
-    observe.emit(observe.RESUME, reason="step_in_doubt")
-    return True
+    return note_and_resume(
+        conn,
+        intent.analysis_id,
+        "step_resolved",
+        detail,
+        by,
+        sql.RESUME_AFTER_STEP,
+        "step_in_doubt",
+    )

@@ -243,21 +243,23 @@ class Analyses:
             conn.execute(runtime_sql.WORKER_GONE, (name,))
 
     def unserved(self, analysis_id: str) -> builtins.list[str]:
-        """The analysis's agent names no live worker registers (empty when none is alive)."""
+        """The queued analysis's agent names no live worker registers (empty when none is
+        alive)."""
+        return self._unserved(analysis_id, None)
+
+    def unserved_anywhere(self) -> builtins.list[str]:
+        """Agent names queued analyses need that no live worker registers (a few)."""
+        return self._unserved(None, 20)
+
+    def _unserved(self, analysis_id: str | None, limit: int | None) -> builtins.list[str]:
         params = {
             "aid": analysis_id,
+            "limit": limit,
             "live": defaults.WORKER_LIVE_SECONDS,
             "space": sql.LIVENESS_SPACE,
         }
         with self.pg.connection() as conn:
             return [str(r[0]) for r in conn.execute(runtime_sql.UNSERVED, params).fetchall()]
-
-    def unserved_anywhere(self) -> builtins.list[str]:
-        """Agent names queued analyses need that no live worker registers (a few)."""
-        params = {"live": defaults.WORKER_LIVE_SECONDS, "space": sql.LIVENESS_SPACE}
-        with self.pg.connection() as conn:
-            rows = conn.execute(runtime_sql.UNSERVED_AGENTS, params).fetchall()
-        return [str(r[0]) for r in rows]
 
     def unrunnable(
         self, known: builtins.list[str], limit: int = 20

@@ -224,14 +224,15 @@ _LIVE_WORKER = """w.seen_at > NOW() - make_interval(secs => %(live)s)
 
 UNSERVED = f"""
 SELECT DISTINCT e->>'agent_type' FROM analyses a, jsonb_array_elements(a.agents) e
-WHERE a.analysis_id = %(aid)s
+WHERE (%(aid)s::uuid IS NULL OR a.analysis_id = %(aid)s::uuid)
+  AND a.status = 'running' AND {NO_LIVE_LEASE}
   AND EXISTS (SELECT 1 FROM amber_workers w WHERE {_LIVE_WORKER})
   AND NOT EXISTS (SELECT 1 FROM amber_workers w
                   WHERE {_LIVE_WORKER} AND e->>'agent_type' = ANY(w.agent_types))
-ORDER BY 1
+ORDER BY 1 LIMIT %(limit)s
 """
-"""The agent names of an analysis that no live worker registers (none when no worker is
-alive at all: then it simply waits for one)."""
+"""Agent names that queued analyses (``%(aid)s``'s, or any's when NULL) need and no live
+worker registers (none when no worker is alive at all: then they simply wait for one)."""
 
 UNRUNNABLE = f"""
 SELECT a.analysis_id::text, array_agg(e->>'agent_type' ORDER BY e->>'agent_type')
@@ -240,13 +241,3 @@ WHERE a.status = 'running' AND {NO_LIVE_LEASE} AND NOT (e->>'agent_type' = ANY(%
 GROUP BY a.analysis_id ORDER BY a.analysis_id LIMIT %(limit)s
 """
 """Queued analyses a worker registering ``known`` cannot run, with the names it lacks."""
-
-UNSERVED_AGENTS = f"""
-SELECT DISTINCT e->>'agent_type' FROM analyses a, jsonb_array_elements(a.agents) e
-WHERE a.status = 'running' AND {NO_LIVE_LEASE}
-  AND EXISTS (SELECT 1 FROM amber_workers w WHERE {_LIVE_WORKER})
-  AND NOT EXISTS (SELECT 1 FROM amber_workers w
-                  WHERE {_LIVE_WORKER} AND e->>'agent_type' = ANY(w.agent_types))
-ORDER BY 1 LIMIT 20
-"""
-"""Agent names queued analyses need that no live worker registers, a few."""

@@ -103,12 +103,9 @@ def review_id(stack: Stack, text: str) -> str:
     prefix, a task's review as ``scope:id`` or by its id alone (``Reviews.get`` says if
     that id is in several scopes)."""
     try:
-        prefix = uuid_prefix(text, "review_id")
-    except InvalidIdentifier:
-        return text  # a task's review: its id is its saver's, looked up whole
-    if len(prefix) == 36:
-        return prefix
-    return choose(prefix, stack.reviews.ids_like(prefix, SHOWN + 1), "review_id", ReviewNotFound)
+        return _resolve(text, "review_id", stack.reviews.ids_like, ReviewNotFound)
+    except InvalidIdentifier:  # not a UUID's form: a task's review, looked up whole
+        return text
 
 
 def step_id(stack: Stack, text: str) -> str:

@@ -151,6 +151,7 @@ class AgentCheckpointer(CheckpointReads):
         """
         t0 = time.perf_counter()
         written = set(agent.l1_cache.written)
+        known = agent.l1_cache.take_known()
         # the snapshot stays this store's own (never handed out), so the next save may
         # take over its maps: see L1CacheSnapshotter.advance
         stored = self.snapshotter.stored(agent.agent_id)
@@ -158,7 +159,7 @@ class AgentCheckpointer(CheckpointReads):
         unchanged = snap is not None
         private = snap is None or (stored is not None and stored.private)
         if snap is None:
-            snap = self.snapshotter.advance(agent.agent_id, hint=written)
+            snap = self.snapshotter.advance(agent.agent_id, hint=written, known=known)
         self._check_memory(agent, snap)
         cp = Checkpoint(
             checkpoint_id=str(uuid.uuid4()),

@@ -24,6 +24,7 @@ from amber.memory.snapshot_model import (
     Canon,
     Snapshot,
     _canonize,
+    merge_changes,
 )
 from amber.memory.working import redis_errors, supported
 
@@ -309,50 +310,10 @@ def read_changes(
         got = reader.decode(names, got_items)
     if not touched and seq == base.seq:  # nothing changed: an empty delta
         return base.unchanged()
-    names = sorted(touched)
     if got.epoch != base.epoch:
         return None
-    if consume:
-        memory, canon, digests = base.memory, base.canon, base.digests
-    else:
-        memory, canon, digests = dict(base.memory), dict(base.canon), dict(base.digests)
-    total = base.total
-    changed: set[str] = set()
-    removed: set[str] = set()
-    owned = set(base.owned)
-    for name in names:
-        old = digests.pop(name, None)
-        if old is not None:
-            total -= old
-            memory.pop(name)
-            canon.pop(name)
-        entry = got.memory.get(name)
-        owned.discard(name)
-        if entry is None:
-            if old is not None:
-                removed.add(name)
-            continue
-        if entry.ttl_ms > 0:
-            owned.add(name)
-        c = (entry.type, codec.encode_value(entry.type, entry.value), entry.ttl_ms)
-        memory[name], canon[name] = entry, c
-        digests[name] = codec.key_digest(name, c[0], c[1])
-        total += digests[name]
-        changed.add(name)
-    return Snapshot(
-        agent_id,
-        memory,
-        got.seq,
-        tuple(got.missing),
-        got.epoch,
-        canon,
-        digests,
-        total,
-        base.seq,
-        frozenset(changed),
-        frozenset(removed),
-        frozenset(owned),
-    )
+    return merge_changes(base, sorted(touched), got.memory, got.seq, got.epoch, tuple(got.missing),
+                         consume)  # fmt: skip
 
 
 def _names(raw: list[bytes], agent_id: str) -> list[str]:

@@ -20,6 +20,7 @@ from amber import codec
 from amber.errors import CheckpointNotFound
 from amber.keys import Keys, check_uuid
 from amber.memory import scripts
+from amber.memory.known import KnownWrites
 from amber.memory.read import (
     _Decoded,
     _Reader,
@@ -111,9 +112,15 @@ class L1CacheSnapshotter:
                 return snap
         return self._read_whole(agent_id, guess_empty, hint)
 
-    def advance(self, agent_id: str, hint: Iterable[str] = ()) -> Snapshot:
+    def advance(
+        self, agent_id: str, hint: Iterable[str] = (), known: KnownWrites | None = None
+    ) -> Snapshot:
         """The agent's L1 now, as :meth:`take` reads it, for a caller that will pass the
         result to :meth:`remember` with ``private=True`` and hand it to no one else.
+
+        ``known``: the writes the caller's memory object made since the stored snapshot;
+        when they provably are the only ones, the snapshot is built from them and Redis
+        is not read at all.
 
         The stored snapshot is forgotten first: when it is private too, the new one
         takes over its maps instead of copying them, so a save of a few changes in a big
@@ -123,6 +130,8 @@ class L1CacheSnapshotter:
         with self._lock:
             stored = self._stored.pop(agent_id, None)
         if stored is not None:
+            if known is not None and known.proves(stored.snap):
+                return known.apply(stored.snap, stored.private)
             snap = read_changes(self.redis, self.keys, stored.snap, hint, stored.private)
             if snap is not None:
                 return snap

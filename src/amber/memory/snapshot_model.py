@@ -145,6 +145,62 @@ def make_snapshot(
     )
 
 
+def merge_changes(
+    base: Snapshot,
+    names: list[str],
+    got: dict[str, Entry],
+    seq: int,
+    epoch: str | None,
+    missing: tuple[str, ...],
+    consume: bool,
+) -> Snapshot:
+    """``base`` with each of ``names`` set to its entry in ``got`` (absent: deleted), as a
+    snapshot at ``seq`` relative to ``base``. ``consume`` takes over ``base``'s maps
+    instead of copying them (a copy is O(keys)): ``base`` must then never be read again."""
+    if consume:
+        memory, canon, digests = base.memory, base.canon, base.digests
+    else:
+        memory, canon, digests = dict(base.memory), dict(base.canon), dict(base.digests)
+    total = base.total
+    changed: set[str] = set()
+    removed: set[str] = set()
+    owned = set(base.owned)
+    encode, digest = codec.encode_value, codec.key_digest
+    for name in names:
+        old = digests.pop(name, None)
+        if old is not None:
+            total -= old
+            memory.pop(name)
+            canon.pop(name)
+        entry = got.get(name)
+        owned.discard(name)
+        if entry is None:
+            if old is not None:
+                removed.add(name)
+            continue
+        if entry.ttl_ms > 0:
+            owned.add(name)
+        c = (entry.type, encode(entry.type, entry.value), entry.ttl_ms)
+        memory[name], canon[name] = entry, c
+        digests[name] = digest(name, c[0], c[1])
+        total += digests[name]
+        changed.add(name)
+    return Snapshot(
+        base.agent_id,
+        memory,
+        seq,
+        missing,
+        epoch,
+        canon,
+        digests,
+        total,
+        base.seq,
+        frozenset(changed),
+        frozenset(removed),
+        frozenset(owned),
+    )
+
+
 def _canonize(
     memory: dict[str, Entry], canon: dict[str, Canon], digests: dict[str, int], owned: list[str]
 ) -> None:

@@ -29,6 +29,7 @@ from amber.errors import (
 from amber.keys import Keys, check_id, check_key, check_utf8
 from amber.memory import scripts, write_scripts
 from amber.memory.batch import BATCH, COMMAND_TYPES, Batch, _zadd_args
+from amber.memory.known import KnownWrites, batch_sets
 
 T = TypeVar("T")
 
@@ -119,6 +120,8 @@ class AgentMemory:
         read them in the same round trip as the server's record of changes)."""
         self.epoch: str | None = None
         """The incarnation this memory expects, when guarded (None: none yet)."""
+        self.known = KnownWrites(enabled=journal is None)
+        """The values this object wrote since its agent's last save (see ``memory/known.py``)."""
         self._read_script = client.register_script(write_scripts.READ_ONE)
         self._write_script = client.register_script(write_scripts.WRITE)
         self._delete_script = client.register_script(write_scripts.DELETE)
@@ -154,6 +157,11 @@ class AgentMemory:
         and the run's token after a newline when fenced."""
         expected = (self.epoch or "-") if self.guarded else ""
         return expected if self.token is None else f"{expected}\n{self.token}"
+
+    def take_known(self) -> KnownWrites:
+        """The writes noted since the last call, and a fresh log for those to come."""
+        known, self.known = self.known, KnownWrites(enabled=self.known.enabled)
+        return known
 
     def _adopt(self, epoch: Any) -> None:
         if self.guarded and isinstance(epoch, bytes):
@@ -211,8 +219,8 @@ class AgentMemory:
 
     def _apply(self, command: str, name: str, args: list[Any], seq: int | None) -> Any:
         self.written.add(name)
-        with redis_errors(self.agent_id, name):
-            result, _, epoch = self._write_script(
+        with self.known.calling(), redis_errors(self.agent_id, name):
+            result, at, epoch = self._write_script(
                 keys=self._key_keys(name),
                 args=[
                     command,
@@ -224,13 +232,14 @@ class AgentMemory:
                     *args,
                 ],
             )
+        self.known.note(at, epoch, [(name, args[0])] if command == "SET" else None)
         self._adopt(epoch)
         return result
 
     def _delete(self, names: list[str], seq: int | None) -> int:
         self.written.update(names)
-        with redis_errors(self.agent_id):
-            removed, _, epoch = self._delete_script(
+        with self.known.calling(), redis_errors(self.agent_id):
+            removed, at, epoch = self._delete_script(
                 keys=[
                     self._index,
                     self._seq,
@@ -241,6 +250,7 @@ class AgentMemory:
                 ],
                 args=[self.ttl_ms, "" if seq is None else seq, self._expected(), "", *names],
             )
+        self.known.note(at, epoch, [(n, None) for n in names])
         self._adopt(epoch)
         return int(removed)
 
@@ -279,8 +289,8 @@ class AgentMemory:
 
     def _apply_batch(self, ops: list[list[Any]], seq: int | None) -> list[Any]:
         self.written.update(op[1] for op in ops)
-        with redis_errors(self.agent_id):
-            results, _, epoch = self._batch_script(
+        with self.known.calling(), redis_errors(self.agent_id):
+            results, at, epoch = self._batch_script(
                 keys=[
                     self._index,
                     self._seq,
@@ -296,6 +306,7 @@ class AgentMemory:
                     self._expected(),
                 ],
             )
+        self.known.note(at, epoch, batch_sets(ops))
         self._adopt(epoch)
         return list(results)
 
@@ -375,6 +386,7 @@ class AgentMemory:
 
     def _expire(self, name: str, ttl_ms: int, seq: int | None) -> bool:
         self.written.add(name)
+        self.known.spoil()  # an own TTL: its expiry will be a change no write records
         with redis_errors(self.agent_id, name):
             done, _, epoch = self._expire_script(
                 keys=self._key_keys(name),

@@ -1,0 +1,100 @@
+"""``KnownWrites``: what one memory object wrote since its agent's last save, kept in the
+process that wrote it, so the save need not read those values back from Redis.
+
+Every write script bumps the agent's sequence by one and returns it with the memory's
+epoch. Writes whose sequences run on, without a gap, from the sequence of the snapshot
+the last save stored, all under that snapshot's epoch, are provably the only writes
+since: any other writer (another object, process or restore) would have taken a
+sequence in between or started another epoch. Their values are then the memory's
+changes, exactly as Redis holds them. Anything less certain (a write whose result
+depends on what Redis held, a failed call, an own TTL) leaves the log unsound, and the
+save reads the changes from Redis as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from amber.codec import Entry
+from amber.memory.snapshot_model import Snapshot, merge_changes
+
+
+@dataclass
+class KnownWrites:
+    """String values set (``None``: deleted) by one memory object since its last save."""
+
+    enabled: bool = True
+    """False where sequences are not the scripts' own (the ``wal`` mode's log hands them out)."""
+    values: dict[str, bytes | None] = field(default_factory=dict)
+    first: int = 0
+    """The sequence of the first write noted (0: none yet)."""
+    last: int = 0
+    count: int = 0
+    epoch: str | None = None
+    sound: bool = True
+
+    def note(self, seq: Any, epoch: Any, sets: Iterable[tuple[str, bytes | None]] | None) -> None:
+        """One write Redis applied at ``seq`` under ``epoch``; ``sets`` its resulting
+        values by name (None: a write whose result is not known here)."""
+        if not (self.enabled and self.sound):
+            return
+        if sets is None or not isinstance(seq, int) or not isinstance(epoch, bytes):
+            self.sound = False
+            return
+        text = epoch.decode()
+        if self.count == 0:
+            self.first, self.epoch = seq, text
+        elif text != self.epoch:
+            self.sound = False
+            return
+        self.last = seq
+        self.count += 1
+        self.values.update(sets)
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Around a write's Redis call: a call that fails may or may not have applied."""
+        try:
+            yield
+        except BaseException:
+            self.sound = False
+            raise
+
+    def spoil(self) -> None:
+        """A write whose outcome is unknown (the call failed): the save reads Redis."""
+        self.sound = False
+
+    def proves(self, base: Snapshot) -> bool:
+        """Whether these writes on ``base`` give the memory as Redis holds it now."""
+        return (
+            self.enabled
+            and self.sound
+            and self.count > 0
+            and not base.owned  # an own TTL's expiry is a change no write records
+            and self.epoch == base.epoch
+            and self.first == base.seq + 1
+            and self.last == base.seq + self.count
+        )
+
+    def apply(self, base: Snapshot, consume: bool) -> Snapshot:
+        """``base`` with these writes applied (call only when :meth:`proves`); ``consume``
+        as in ``read_changes``."""
+        got = {n: Entry("string", v) for n, v in self.values.items() if v is not None}
+        return merge_changes(base, sorted(self.values), got, self.last, base.epoch, (), consume)
+
+
+def batch_sets(ops: list[list[Any]]) -> list[tuple[str, bytes | None]] | None:
+    """A batch's resulting values by name, when it only sets strings and deletes
+    (``memory/batch.py``'s ops: command, name, type, values)."""
+    out: list[tuple[str, bytes | None]] = []
+    for command, name, _, values in ops:
+        if command == "SET":
+            out.append((name, values[0]))
+        elif command == "DEL":
+            out.append((name, None))
+        else:
+            return None
+    return out

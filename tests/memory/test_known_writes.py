@@ -1,0 +1,233 @@
+"""A save builds its snapshot from the values its memory object wrote, without reading
+them back, only when those writes provably are the only ones since the last save.
+
+Each test checks the stored snapshot against a whole read of Redis: the shortcut is
+never trusted, only proven.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import amber
+from amber.agents import BaseAgent
+from amber.errors import WrongType
+from amber.memory import read_memory, snapshot
+
+
+class Writer(BaseAgent):
+    agent_type = "known_writer"
+    subtasks = tuple(f"s{i}" for i in range(40))
+
+    def run_subtask(self, name: str) -> str:
+        return name
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The agents whose changes a save read back from Redis, in order."""
+    seen: list[str] = []
+    real = snapshot.read_changes
+
+    def counted(client: Any, keys: Any, base: Any, *rest: Any) -> Any:
+        seen.append(base.agent_id)
+        return real(client, keys, base, *rest)
+
+    monkeypatch.setattr(snapshot, "read_changes", counted)
+    yield seen
+
+
+def _agent(stack: amber.Stack, uid: Callable[[str], str]) -> Writer:
+    return Writer(str(uuid.uuid4()), "AAPL", stack.memory(uid("known")))
+
+
+def _save(stack: amber.Stack, agent: Writer) -> None:
+    name = agent.next_subtask()
+    assert name is not None
+    agent.complete(name, name)
+    stack.checkpointer.save_checkpoint(agent, name)
+
+
+def _exact(stack: amber.Stack, agent_id: str) -> None:
+    stored = stack.snapshotter.stored(agent_id)
+    whole = read_memory(stack.redis, stack.keys, agent_id)
+    assert stored is not None
+    assert stored.snap.hash == whole.hash and stored.snap.seq == whole.seq
+
+    def values(memory: dict[str, Any]) -> dict[str, Any]:  # an own TTL runs down meanwhile
+        return {n: (e.type, e.value, e.ttl_ms > 0) for n, e in memory.items()}
+
+    assert values(stored.snap.memory) == values(whole.memory)
+
+
+def test_sets_and_deletes_are_saved_without_reading_them_back(
+    stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
+) -> None:
+    agent = _agent(stack, uid)
+    mem = agent.l1_cache
+    with mem.batch() as b:
+        for i in range(50):
+            b.set(f"k{i}", i)
+    _save(stack, agent)  # the first save reads the memory whole
+    reads.clear()
+    with mem.batch() as b:
+        b.set("k1", "one").delete("k2").set("new", b"\xff\x00")
+    mem.set("k3", 3.5)
+    mem.delete("k4", "never-there")
+    _save(stack, agent)
+    assert reads == []
+    _exact(stack, agent.agent_id)
+    report = stack.checkpointer.restore_checkpoint(agent.analysis_id, Writer.agent_type)
+    assert report.checkpoint.l1_snapshot_hash == stack.snapshotter.stored(agent.agent_id).snap.hash  # type: ignore[union-attr]
+
+
+def test_a_write_by_another_object_makes_the_save_read_redis(
+    stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
+) -> None:
+    agent = _agent(stack, uid)
+    mem = agent.l1_cache
+    mem.set("a", 1)
+    _save(stack, agent)
+    reads.clear()
+    mem.set("a", 2)
+    stack.memory(agent.agent_id).set("b", "from elsewhere")  # a sequence in between
+    mem.set("c", 3)
+    _save(stack, agent)
+    assert reads == [agent.agent_id]
+    _exact(stack, agent.agent_id)
+    assert stack.snapshotter.stored(agent.agent_id).snap.memory["b"].value == b"from elsewhere"  # type: ignore[union-attr]
+
+
+def test_another_objects_write_after_the_agents_last_is_in_the_next_save(
+    stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
+) -> None:
+    """The snapshot is the memory as the agent's own last write left it (a state Redis
+    provably held), as a read is the memory at the instant of the read; a write after
+    either lands in the next save, which finds it through the server's change record."""
+    agent = _agent(stack, uid)
+    mem = agent.l1_cache
+    mem.set("a", 1)
+    _save(stack, agent)
+    mem.set("a", 2)
+    late = stack.memory(agent.agent_id)
+    late.set("b", "late")
+    _save(stack, agent)
+    stored = stack.snapshotter.stored(agent.agent_id)
+    assert stored is not None and "b" not in stored.snap.memory
+    assert stored.snap.memory["a"].value == b"2"
+    reads.clear()
+    mem.set("c", 3)
+    _save(stack, agent)
+    assert reads == [agent.agent_id]
+    _exact(stack, agent.agent_id)
+
+
+def test_a_write_whose_result_depends_on_redis_is_read_back(
+    stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
+) -> None:
+    agent = _agent(stack, uid)
+    mem = agent.l1_cache
+    mem.rpush("log", "a")
+    _save(stack, agent)
+    reads.clear()
+    mem.rpush("log", "b")
+    _save(stack, agent)
+    assert reads == [agent.agent_id]
+    _exact(stack, agent.agent_id)
+
+
+def test_a_refused_batch_leaves_nothing_assumed(
+    stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
+) -> None:
+    agent = _agent(stack, uid)
+    mem = agent.l1_cache
+    mem.rpush("log", "a")
+    _save(stack, agent)
+    reads.clear()
+    mem.set("x", 1)
+    with pytest.raises(WrongType), mem.batch() as b:
+        b.set("y", 2).set("log", "not a list")
+    _save(stack, agent)
+    assert reads == [agent.agent_id]  # a failed call spoils what the process knows
+    _exact(stack, agent.agent_id)
+    assert "y" not in stack.snapshotter.stored(agent.agent_id).snap.memory  # type: ignore[union-attr]
+
+
+def test_a_memory_redis_lost_after_the_writes_is_saved_as_written(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """The checkpoint holds what the agent wrote and Redis acknowledged, so the memory
+    comes back from PostgreSQL as the agent left it."""
+    agent = _agent(stack, uid)
+    mem = agent.l1_cache
+    with mem.batch() as b:
+        b.set("a", "1").set("b", "2")
+    _save(stack, agent)
+    mem.set("a", "changed")
+    k = stack.keys
+    aid = agent.agent_id
+    stack.redis.delete(
+        *(mem.key(n) for n in ("a", "b")), k.l1_index(aid), k.l1_seq(aid), k.l1_epoch(aid)
+    )
+    _save(stack, agent)
+    report = stack.recovery.recover_agent_state(aid, agent.analysis_id, Writer.agent_type)
+    assert report.verified
+    restored = read_memory(stack.redis, k, aid).memory
+    assert restored["a"].value == b"changed" and restored["b"].value == b"2"
+
+
+OPS = st.sampled_from(["bset", "bdel", "set", "del", "rpush", "expire", "other", "wrong"])
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(
+        st.lists(st.tuples(OPS, st.integers(0, 6)), min_size=0, max_size=6),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_every_save_stores_the_memory_redis_holds(
+    stack: amber.Stack, steps: list[list[tuple[str, int]]]
+) -> None:
+    agent = Writer(str(uuid.uuid4()), "AAPL", stack.memory(f"kw-{uuid.uuid4().hex[:8]}"))
+    mem, other = agent.l1_cache, stack.memory(agent.agent_id)
+    for n, step in enumerate(steps):
+        for op, i in step:
+            name = f"k{i}"
+            if op in ("bset", "bdel"):
+                with mem.batch() as b:
+                    b.delete(name)
+                    if op == "bset":
+                        b.set(name, f"{n}-{i}")
+            elif op == "set":
+                mem.delete(name)
+                mem.set(name, n)
+            elif op == "del":
+                mem.delete(name)
+            elif op == "rpush":
+                mem.delete(name)
+                mem.rpush(name, n, i)
+            elif op == "expire":
+                mem.delete(name)
+                mem.set(name, "owned")
+                mem.expire(name, 3600)
+            elif op == "other":  # another object's write, then the agent's own
+                other.delete(name)
+                other.set(name, f"other-{n}")
+                mem.set("own", n)
+            else:
+                mem.delete(name)
+                mem.set(name, "s")
+                with pytest.raises(WrongType), mem.batch() as b:
+                    b.set("k-new", 1).rpush(name, "x")
+        _save(stack, agent)
+        _exact(stack, agent.agent_id)

@@ -414,13 +414,14 @@ def seal_seq(seq: int) -> bytes:
     return b"%020d" % seq
 
 
-def seal(seq: int, raw: bytes) -> bytes:
+def seal(seq: int, raw: bytes, packed: bytes | None = None) -> bytes:
     """``raw`` compressed, behind a header naming its sequence and size, all checksummed.
 
     The checksum covers the header's sequence and size as well as the body, so a
     flipped bit anywhere is found by :func:`unseal` before anything is decompressed.
+    ``packed``: ``pack(raw)`` when the caller has it already.
     """
-    body = pack(raw)
+    body = pack(raw) if packed is None else packed
     fields = seal_seq(seq) + b"%012d" % len(raw)
     return SEAL_MAGIC + fields + hashlib.sha256(fields + body).hexdigest().encode() + body
 

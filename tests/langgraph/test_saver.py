@@ -404,3 +404,44 @@ def test_a_config_without_a_namespace_means_the_root_one(saver: AmberSaver, uid:
     assert got is not None and got.config == stored
     assert got.parent_config is not None
     assert got.parent_config["configurable"]["checkpoint_id"] == chain.ids[-1]
+
+
+def test_a_puts_hot_copy_is_written_behind_and_in_redis_once_settled(
+    stack: amber.Stack, saver: AmberSaver, uid: ID
+) -> None:
+    chain = Chain(saver, uid("t"))
+    for i in range(3):
+        chain.step(a=i)
+    saver.close()  # the stack is the caller's: it stays open; the last reply is read
+    head = stack.redis.hget(stack.keys.lg_heads(chain.thread_id), "head:")
+    assert head is not None and head.decode().endswith(chain.ids[-1])
+    got = AmberSaver(stack).get_tuple(chain.latest)  # another process's view
+    assert got is not None and got.checkpoint["channel_values"] == {"a": 2}
+
+
+def test_a_hot_copy_whose_script_redis_lacks_is_written_when_its_reply_is_read(
+    stack: amber.Stack, uid: ID
+) -> None:
+    from amber.langgraph import scripts
+    from amber.langgraph.copies import HotWrites
+
+    fresh = stack.redis.register_script(scripts.WRITE_HEAD + f"\n-- {uid('never-loaded')}")
+    hot = HotWrites(stack.redis, fresh)
+    key = stack.keys.lg_heads(uid("t"))
+    hot.write([key], ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000])
+    hot.settle()  # NOSCRIPT: loaded and called again
+    assert stack.redis.hget(key, "head:") == f"{1:020d}:c1".encode()
+    stack.redis.delete(key)
+
+
+def test_a_hot_copy_redis_cannot_take_is_logged_not_raised(
+    stack: amber.Stack, uid: ID, caplog: pytest.LogCaptureFixture
+) -> None:
+    from amber.langgraph import scripts
+    from amber.langgraph.copies import HotWrites
+
+    gone = redis.Redis(port=1, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.2)
+    hot = HotWrites(gone, gone.register_script(scripts.WRITE_HEAD))
+    hot.write([uid("k")], ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000])
+    hot.settle()
+    assert "not written" in caplog.text

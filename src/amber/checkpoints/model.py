@@ -100,10 +100,11 @@ def decode_doc(raw: bytes, expected_sha256: str | None = None) -> dict[str, Any]
         raise CheckpointCorrupt(f"checkpoint {exc}") from None
 
 
-def seal(cp: Checkpoint, raw: bytes) -> bytes:
-    """The Redis backup value: ``raw`` (the encoded ``cp``) sealed with the checkpoint's
-    sequence and a checksum over header and body."""
-    return codec.seal(cp.seq, raw)
+def seal(cp: Checkpoint, raw: bytes, packed: bytes | None = None) -> bytes:
+    """The Redis backup value: ``raw`` (the encoded ``cp``; ``packed``: it compressed,
+    when the caller has that already) sealed with the checkpoint's sequence and a
+    checksum over header and body."""
+    return codec.seal(cp.seq, raw, packed)
 
 
 def unseal(blob: bytes) -> tuple[int, dict[str, Any]]:

@@ -28,6 +28,7 @@ from amber.checkpoints.model import Checkpoint, now, seal
 from amber.checkpoints.reads import CheckpointReads
 from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
+from amber.engines.later import Pending
 from amber.errors import (
     CheckpointConflict,
     InvalidValue,
@@ -188,6 +189,7 @@ class AgentCheckpointer(CheckpointReads):
             extra={"subtask_completed": subtask_completed},
         )
         raw = cp.encode()
+        packed = codec.pack(raw)
         dual = self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
         l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
         quiet = not dual and unchanged and not snap.memory and len(raw) <= QUIET_MAX_BYTES
@@ -195,14 +197,14 @@ class AgentCheckpointer(CheckpointReads):
         pending = None
         if not quiet:
             meta = self.snapshotter.meta(snap, cp.checkpoint_id)
-            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq,
+            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, packed), cp.seq,
                       self.backup_ttl_ms)  # fmt: skip
             # the Redis copies go out first and are read back after the commit: one round
             # trip each, overlapped. Restore trusts a copy only at PostgreSQL's newest
             # sequence, so a copy of a checkpoint that then fails to commit is never used.
             pending = self._send_cache(snap, meta, backup)
         try:
-            agent.run_status = self._commit(cp, raw, snap, l1)
+            agent.run_status = self._commit(cp, raw, packed, snap, l1)
         except BaseException:
             if pending is not None:
                 self._drain(pending)
@@ -270,7 +272,9 @@ class AgentCheckpointer(CheckpointReads):
                 analysis_id=agent.analysis_id,
             )
 
-    def _commit(self, cp: Checkpoint, raw: bytes, snap: Snapshot, l1: L1Row | None) -> str | None:
+    def _commit(
+        self, cp: Checkpoint, raw: bytes, packed: bytes, snap: Snapshot, l1: L1Row | None
+    ) -> str | None:
         """The PostgreSQL write: a compare-and-set insert of checkpoint ``cp.seq``, fenced
         by the analysis's lease; returns the analysis's status (None: no such row)."""
         params = {
@@ -289,7 +293,7 @@ class AgentCheckpointer(CheckpointReads):
             "failure_reason": cp.failure_reason,
             "retry_count": cp.retry_count,
             "agent_version": cp.agent_version,
-            "state": codec.pack(raw),
+            "state": packed,
             "state_sha256": codec.sha256_hex(raw),
             "state_size": len(raw),
             # the memory's identity goes in every row, its image only where stored: a
@@ -331,38 +335,18 @@ class AgentCheckpointer(CheckpointReads):
             row = conn.execute(sql.LEASE_OF, (cp.analysis_id,)).fetchone()
         return row is not None and (row[0] != cp.writer or row[1] not in ("running", "paused"))
 
-    def _send_cache(
-        self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed
-    ) -> redis.connection.Connection | None:
+    def _send_cache(self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed) -> Pending | None:
         """Send the script that writes the Redis copies, without waiting for its reply."""
         keys_, args = self.snapshotter.cache_call(snap, meta, backup)
-        pool: redis.ConnectionPool | None = getattr(self.redis, "connection_pool", None)
-        if pool is None:
-            return None  # a cluster client: the copies are written by a plain call after
-        try:
-            conn = pool.get_connection()
-        except (redis.RedisError, OSError):
-            return None  # answered when the reply is due: the copies are not written
-        try:
-            conn.send_command("EVALSHA", self._cache_sha, len(keys_), *keys_, *args)  # type: ignore[no-untyped-call]
-        except (redis.RedisError, OSError):
-            pool.release(conn)
-            return None
-        return conn
+        return Pending.send(self.redis, "EVALSHA", self._cache_sha, len(keys_), *keys_, *args)
 
-    def _drain(self, conn: redis.connection.Connection | None) -> Any:
-        """The reply of a script sent by :meth:`_send_cache` (the connection goes back)."""
-        if conn is None:
+    @staticmethod
+    def _drain(pending: Pending | None) -> Any:
+        """The reply of a script sent by :meth:`_send_cache` (a cluster client's, or one
+        that could not be sent: ``redis.ConnectionError``, and the copies go again)."""
+        if pending is None:
             raise redis.ConnectionError("Redis could not be reached")
-        try:
-            return conn.read_response()
-        except redis.ResponseError as exc:
-            return exc
-        except BaseException:
-            conn.disconnect()  # type: ignore[no-untyped-call]
-            raise
-        finally:
-            self.redis.connection_pool.release(conn)
+        return pending.reply()
 
     def _cache(
         self,
@@ -370,7 +354,7 @@ class AgentCheckpointer(CheckpointReads):
         raw: bytes,
         snap: Snapshot,
         meta: SnapshotMeta | None,
-        conn: redis.connection.Connection | None,
+        conn: Pending | None,
     ) -> None:
         """After the commit: the Redis copies' reply, and the slow path when the script was
         not loaded, or the secondary could not take a delta. Never over newer copies.

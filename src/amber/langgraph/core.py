@@ -49,7 +49,7 @@ from amber.errors import (
 from amber.keys import Keys
 from amber.langgraph import scripts
 from amber.langgraph import sql as lsql
-from amber.langgraph.copies import Copy, CopyCache
+from amber.langgraph.copies import Copy, CopyCache, HotWrites
 from amber.langgraph.records import (
     EMPTY,
     Blob,
@@ -116,7 +116,7 @@ class SaverCore:
         self.hot_ttl_ms = int(hot_ttl_s * 1000)
         self.ttl_s = ttl_s
         self.cache = CopyCache(cache_bytes)
-        self._write_head = client.register_script(scripts.WRITE_HEAD)
+        self.hot = HotWrites(client, client.register_script(scripts.WRITE_HEAD))
         self._read_head = client.register_script(scripts.READ_HEAD)
 
     # -- writes ------------------------------------------------------------------------
@@ -180,7 +180,7 @@ class SaverCore:
             )
         blobs = {ch: full[ch] for ch in versions}
         self.cache.put((at.thread_id, at.ns), Copy(seq, body, blobs))
-        self._store_hot(at, seq, body, list(blobs.values()))
+        self._store_hot(at, seq, body, list(blobs.values()), behind=True)
         return at.config(cid)
 
     @staticmethod
@@ -268,23 +268,25 @@ class SaverCore:
             raise InvalidValue(f"writes cannot be stored: {exc}".strip(), task_id=task) from None
 
     # -- the hot copy ------------------------------------------------------------------------
-    def _store_hot(self, at: Target, seq: int, body: Body, blobs: list[Blob]) -> None:
+    def _store_hot(
+        self, at: Target, seq: int, body: Body, blobs: list[Blob], behind: bool = False
+    ) -> None:
+        """Write the hot copy; ``behind``: its reply read later (a put's, see ``HotWrites``)."""
         sealed = codec.seal(seq, hot_copy(body, blobs))
-        try:
-            self._write_head(
-                keys=[self.keys.lg_heads(at.thread_id)],
-                args=[
-                    scripts.copy_field(at.ns),
-                    scripts.head_field(at.ns),
-                    sealed,
-                    scripts.head_name(seq, body.checkpoint_id),
-                    self.hot_ttl_ms,
-                ],
-            )
-        except (redis.RedisError, OSError) as exc:
-            log.warning("hot copy of thread %r not written (%s): reads use PostgreSQL", at, exc)
+        self.hot.write(
+            [self.keys.lg_heads(at.thread_id)],
+            [
+                scripts.copy_field(at.ns),
+                scripts.head_field(at.ns),
+                sealed,
+                scripts.head_name(seq, body.checkpoint_id),
+                self.hot_ttl_ms,
+            ],
+            behind,
+        )
 
     def _load_hot(self, at: Target) -> Copy | None:
+        self.hot.settle()  # this process's own copy sent last is in Redis first
         key = self.keys.lg_heads(at.thread_id)
         fields = [scripts.copy_field(at.ns), scripts.head_field(at.ns)]
         got: list[Any] | None

@@ -73,6 +73,11 @@ class AmberSaver(OwnsStack, BaseCheckpointSaver[str]):
         variables, else embedded servers) and closes with :meth:`close`."""
         return on_own_stack(lambda s: cls(s, ttl=ttl, allowed_types=allowed_types), connect_args)
 
+    def close(self) -> None:
+        """Finish writing the last hot copy, then close the stack if this saver opened it."""
+        self._core.hot.settle()
+        super().close()
+
     def setup(self) -> None:
         """Nothing to do: amber applies its migrations when the stack connects. Kept so code
         written for ``PostgresSaver`` runs unchanged."""

@@ -220,7 +220,7 @@ class Bench:
             mode: (lambda i, s=side: s.step(changes)) for mode, side in amber_sides.items()
         }
         ops[LANGGRAPH] = lambda i: lg.step(changes)
-        if goal == "save_5":  # the floors, beside the smallest save
+        if goal in ("save_5", "save_big"):  # the floors, beside the 5-key saves
             ops[FLOOR] = self.commit_floor
             ops[FLOOR_REDIS] = lambda i: self.redis_pg_floor(
                 [(k, orjson.dumps(v)) for k, v in changes.items()]

@@ -180,33 +180,55 @@ local ttl = tonumber(ARGV[2])
     + _bump_sequence("KEYS[2]", "ARGV[3]", "ttl")
     + f"""
 local now = redis.call('TIME')
-local results = {{}}
+local stamp = ':' .. seq .. ':' .. now[1] .. now[2]
+local results, entries, order, marks = {{}}, {{}}, {{}}, {{}}
 for i, op in ipairs(ops) do
   local key, cmd, name, args = KEYS[i + 4], op[1], op[2], op[4]
   local r = 0
+  if entries[name] == nil then order[#order + 1] = name end
   if cmd == 'DEL' then
     r = redis.call('DEL', key)
-    redis.call('HDEL', KEYS[1], name)
+    entries[name] = false
+  elseif cmd == 'SET' then
+    redis.call('SET', key, args[1], 'PX', ttl)  -- a string always exists once set
+    entries[name] = 'string' .. stamp
+    r = 1
   else
-    if cmd == 'SET' then
-      redis.call('SET', key, args[1])
-      r = 1
-    else
-      for j = 1, #args, {MAX_ARGS_PER_CALL} do
-        local k = math.min(j + {MAX_ARGS_PER_CALL - 1}, #args)
-        local x = redis.call(cmd, key, unpack(args, j, k))
-        if cmd == 'RPUSH' or cmd == 'LPUSH' then r = x else r = r + x end
-      end
+    for j = 1, #args, {MAX_ARGS_PER_CALL} do
+      local k = math.min(j + {MAX_ARGS_PER_CALL - 1}, #args)
+      local x = redis.call(cmd, key, unpack(args, j, k))
+      if cmd == 'RPUSH' or cmd == 'LPUSH' then r = x else r = r + x end
     end
     if redis.call('EXISTS', key) == 1 then
-      redis.call('HSET', KEYS[1], name, op[3] .. ':' .. seq .. ':' .. now[1] .. now[2])
+      entries[name] = op[3] .. stamp
       redis.call('PEXPIRE', key, ttl)
     else
-      redis.call('HDEL', KEYS[1], name)
+      entries[name] = false
     end
   end
-  redis.call('ZADD', KEYS[4], seq, name)
   results[i] = r
+end
+-- the index and the change marks once for the batch, each name as its last write left it
+local set, gone = {{}}, {{}}
+for _, name in ipairs(order) do
+  local entry = entries[name]
+  if entry then
+    set[#set + 1] = name
+    set[#set + 1] = entry
+  else
+    gone[#gone + 1] = name
+  end
+  marks[#marks + 1] = seq
+  marks[#marks + 1] = name
+end
+for i = 1, #set, {2 * MAX_ARGS_PER_CALL} do
+  redis.call('HSET', KEYS[1], unpack(set, i, math.min(i + {2 * MAX_ARGS_PER_CALL - 1}, #set)))
+end
+for i = 1, #gone, {MAX_ARGS_PER_CALL} do
+  redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + {MAX_ARGS_PER_CALL - 1}, #gone)))
+end
+for i = 1, #marks, {2 * MAX_ARGS_PER_CALL} do
+  redis.call('ZADD', KEYS[4], unpack(marks, i, math.min(i + {2 * MAX_ARGS_PER_CALL - 1}, #marks)))
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
 redis.call('PEXPIRE', KEYS[4], ttl)

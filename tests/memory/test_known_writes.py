@@ -128,15 +128,20 @@ def test_another_objects_write_after_the_agents_last_is_in_the_next_save(
     _exact(stack, agent.agent_id)
 
 
+def _saved_with_a_list(stack: amber.Stack, uid: Callable[[str], str], reads: list[str]) -> Writer:
+    """An agent whose memory holds the list ``log`` and was saved (reads forgotten)."""
+    agent = _agent(stack, uid)
+    agent.l1_cache.rpush("log", "a")
+    _save(stack, agent)
+    reads.clear()
+    return agent
+
+
 def test_a_write_whose_result_depends_on_redis_is_read_back(
     stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
 ) -> None:
-    agent = _agent(stack, uid)
-    mem = agent.l1_cache
-    mem.rpush("log", "a")
-    _save(stack, agent)
-    reads.clear()
-    mem.rpush("log", "b")
+    agent = _saved_with_a_list(stack, uid, reads)
+    agent.l1_cache.rpush("log", "b")
     _save(stack, agent)
     assert reads == [agent.agent_id]
     _exact(stack, agent.agent_id)
@@ -145,11 +150,8 @@ def test_a_write_whose_result_depends_on_redis_is_read_back(
 def test_a_refused_batch_leaves_nothing_assumed(
     stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
 ) -> None:
-    agent = _agent(stack, uid)
+    agent = _saved_with_a_list(stack, uid, reads)
     mem = agent.l1_cache
-    mem.rpush("log", "a")
-    _save(stack, agent)
-    reads.clear()
     mem.set("x", 1)
     with pytest.raises(WrongType), mem.batch() as b:
         b.set("y", 2).set("log", "not a list")

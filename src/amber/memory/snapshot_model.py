@@ -186,19 +186,10 @@ def merge_changes(
         total += digests[name]
         changed.add(name)
     return Snapshot(
-        base.agent_id,
-        memory,
-        seq,
-        missing,
-        epoch,
-        canon,
-        digests,
-        total,
-        base.seq,
-        frozenset(changed),
-        frozenset(removed),
-        frozenset(owned),
-    )
+        base.agent_id, memory, seq, missing, epoch, canon, digests, total,
+        base_seq=base.seq, changed=frozenset(changed), removed=frozenset(removed),
+        owned=frozenset(owned),
+    )  # fmt: skip
 
 
 def _canonize(

@@ -320,23 +320,23 @@ CACHE = f"""
 -- ARGV[7] the sequence (20 digits) the delta applies to, or '' for a whole snapshot,
 -- ARGV[8] how many fields are set, ARGV[9 ..] field, value pairs, then names to delete
 -- Returns {{backup written (0/1), secondary: 1 written, 0 newer kept, -1 needs it whole}}.
-local function newer(key, seq)
-  local ok, old = pcall(redis.call, 'GET', key)
-  if ok and old and string.sub(old, 1, 4) == 'AMB1' and string.sub(old, 5, 24) > seq then
-    return true
-  end
-  if not ok then redis.call('DEL', key) end  -- a key of another type: not ours to keep
-  return false
+local function head(key)  -- a sealed value's magic and sequence, not the value itself
+  local ok, old = pcall(redis.call, 'GETRANGE', key, 0, 23)
+  if not ok then redis.call('DEL', key) return '' end  -- another type: not ours to keep
+  return old
+end
+local function newer(old, seq)
+  return string.sub(old, 1, 4) == 'AMB1' and string.sub(old, 5, 24) > seq
 end
 local backup = 0
-if ARGV[1] ~= '' and not newer(KEYS[1], ARGV[2]) then
+if ARGV[1] ~= '' and not newer(head(KEYS[1]), ARGV[2]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
   backup = 1
 end
-if newer(KEYS[3], ARGV[5]) then return {{backup, 0}} end
+local meta = head(KEYS[3])
+if newer(meta, ARGV[5]) then return {{backup, 0}} end
 if ARGV[7] ~= '' then
-  local ok, old = pcall(redis.call, 'GET', KEYS[3])
-  if not (ok and old and string.sub(old, 5, 24) == ARGV[7]) then return {{backup, -1}} end
+  if string.sub(meta, 5, 24) ~= ARGV[7] then return {{backup, -1}} end
 else
   redis.call('DEL', KEYS[2])
 end

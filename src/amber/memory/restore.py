@@ -32,7 +32,6 @@ from amber.memory.snapshot import (
     Canon,
     Snapshot,
     SnapshotMeta,
-    _item,
     elapsed_ms,
     read_memory,
 )
@@ -218,9 +217,10 @@ def _loader(found: Loader | str) -> Loader:
 def _loaded_canon(
     source: str, canon: dict[str, Canon], total: int, recorded: str, seq: int, epoch: str | None
 ) -> Loaded:
-    """A snapshot rebuilt from canonical keys whose hash was already computed."""
-    doc = {"format": codec.FORMAT_VERSION, "keys": {n: _item(c) for n, c in canon.items()}}
-    memory = codec.memory_from_document(doc)
+    """A snapshot rebuilt from canonical keys (checked by ``_canon_of``) whose hash was
+    already computed: each value decoded straight from its canonical form."""
+    decode = codec.decode_value
+    memory = {n: Entry(t, decode(t, v, f"key {n!r}"), ttl) for n, (t, v, ttl) in canon.items()}
     return Loaded(source, memory, recorded, seq, codec.combine(total), epoch)
 
 

@@ -233,3 +233,22 @@ def test_every_save_stores_the_memory_redis_holds(
                     b.set("k-new", 1).rpush(name, "x")
         _save(stack, agent)
         _exact(stack, agent.agent_id)
+
+
+def test_an_object_written_to_at_length_without_a_save_keeps_no_copy(
+    stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
+) -> None:
+    from amber.memory.known import MAX_BYTES
+
+    agent = _agent(stack, uid)
+    mem = agent.l1_cache
+    mem.set("a", 1)
+    _save(stack, agent)
+    reads.clear()
+    chunk = b"x" * (256 * 1024)
+    for i in range(MAX_BYTES // len(chunk) + 2):
+        mem.set(f"big{i % 3}", chunk + str(i).encode())
+    assert mem.known.values == {} and not mem.known.sound  # past the bound: nothing kept
+    _save(stack, agent)
+    assert reads == [agent.agent_id]
+    _exact(stack, agent.agent_id)

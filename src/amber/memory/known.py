@@ -21,6 +21,11 @@ from typing import Any
 from amber.codec import Entry
 from amber.memory.snapshot_model import Snapshot, merge_changes
 
+MAX_BYTES = 4 * 1024 * 1024
+"""Bytes of values a memory object keeps for its next save; past them it keeps none (and
+that save reads Redis), so an object written to for long without a save never holds a
+second copy of a big memory."""
+
 
 @dataclass
 class KnownWrites:
@@ -35,6 +40,7 @@ class KnownWrites:
     count: int = 0
     epoch: str | None = None
     sound: bool = True
+    nbytes: int = 0
 
     def note(self, seq: Any, epoch: Any, sets: Iterable[tuple[str, bytes | None]] | None) -> None:
         """One write Redis applied at ``seq`` under ``epoch``; ``sets`` its resulting
@@ -42,17 +48,21 @@ class KnownWrites:
         if not (self.enabled and self.sound):
             return
         if sets is None or not isinstance(seq, int) or not isinstance(epoch, bytes):
-            self.sound = False
+            self.spoil()
             return
         text = epoch.decode()
         if self.count == 0:
             self.first, self.epoch = seq, text
         elif text != self.epoch:
-            self.sound = False
+            self.spoil()
             return
         self.last = seq
         self.count += 1
-        self.values.update(sets)
+        for name, value in sets:
+            self.values[name] = value
+            self.nbytes += len(name) + (len(value) if value is not None else 0)
+        if self.nbytes > MAX_BYTES:
+            self.spoil()
 
     @contextlib.contextmanager
     def calling(self) -> Iterator[None]:
@@ -60,12 +70,14 @@ class KnownWrites:
         try:
             yield
         except BaseException:
-            self.sound = False
+            self.spoil()
             raise
 
     def spoil(self) -> None:
-        """A write whose outcome is unknown (the call failed): the save reads Redis."""
+        """Nothing noted can be trusted (a call failed, or too much to keep): the next
+        save reads Redis, and what was kept is let go."""
         self.sound = False
+        self.values.clear()
 
     def proves(self, base: Snapshot) -> bool:
         """Whether these writes on ``base`` give the memory as Redis holds it now."""

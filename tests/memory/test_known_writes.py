@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import amber
 from amber.agents import BaseAgent
 from amber.errors import WrongType
-from amber.memory import read_memory, snapshot
+from amber.memory import AgentMemory, read_memory, snapshot
 
 
 class Writer(BaseAgent):
@@ -90,17 +90,12 @@ def test_sets_and_deletes_are_saved_without_reading_them_back(
 def test_a_write_by_another_object_makes_the_save_read_redis(
     stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
 ) -> None:
-    agent = _agent(stack, uid)
+    agent = _saved(stack, uid, reads, _a_string)
     mem = agent.l1_cache
-    mem.set("a", 1)
-    _save(stack, agent)
-    reads.clear()
     mem.set("a", 2)
     stack.memory(agent.agent_id).set("b", "from elsewhere")  # a sequence in between
     mem.set("c", 3)
-    _save(stack, agent)
-    assert reads == [agent.agent_id]
-    _exact(stack, agent.agent_id)
+    _saved_by_reading(stack, agent, reads)
     assert stack.snapshotter.stored(agent.agent_id).snap.memory["b"].value == b"from elsewhere"  # type: ignore[union-attr]
 
 
@@ -123,34 +118,50 @@ def test_another_objects_write_after_the_agents_last_is_in_the_next_save(
     assert stored.snap.memory["a"].value == b"2"
     reads.clear()
     mem.set("c", 3)
-    _save(stack, agent)
-    assert reads == [agent.agent_id]
-    _exact(stack, agent.agent_id)
+    _saved_by_reading(stack, agent, reads)
 
 
-def _saved_with_a_list(stack: amber.Stack, uid: Callable[[str], str], reads: list[str]) -> Writer:
-    """An agent whose memory holds the list ``log`` and was saved (reads forgotten)."""
+def _saved(
+    stack: amber.Stack,
+    uid: Callable[[str], str],
+    reads: list[str],
+    first: Callable[[AgentMemory], object],
+) -> Writer:
+    """An agent whose memory ``first`` wrote to, saved once (its reads forgotten)."""
     agent = _agent(stack, uid)
-    agent.l1_cache.rpush("log", "a")
+    first(agent.l1_cache)
     _save(stack, agent)
     reads.clear()
     return agent
 
 
-def test_a_write_whose_result_depends_on_redis_is_read_back(
-    stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
-) -> None:
-    agent = _saved_with_a_list(stack, uid, reads)
-    agent.l1_cache.rpush("log", "b")
+def _saved_by_reading(stack: amber.Stack, agent: Writer, reads: list[str]) -> None:
+    """Save: the save read the changes from Redis, and stored what Redis holds."""
     _save(stack, agent)
     assert reads == [agent.agent_id]
     _exact(stack, agent.agent_id)
 
 
+def _a_list(mem: AgentMemory) -> object:
+    return mem.rpush("log", "a")
+
+
+def _a_string(mem: AgentMemory) -> object:
+    return mem.set("a", 1)
+
+
+def test_a_write_whose_result_depends_on_redis_is_read_back(
+    stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
+) -> None:
+    agent = _saved(stack, uid, reads, _a_list)
+    agent.l1_cache.rpush("log", "b")
+    _saved_by_reading(stack, agent, reads)
+
+
 def test_a_refused_batch_leaves_nothing_assumed(
     stack: amber.Stack, uid: Callable[[str], str], reads: list[str]
 ) -> None:
-    agent = _saved_with_a_list(stack, uid, reads)
+    agent = _saved(stack, uid, reads, _a_list)
     mem = agent.l1_cache
     mem.set("x", 1)
     with pytest.raises(WrongType), mem.batch() as b:
@@ -240,15 +251,10 @@ def test_an_object_written_to_at_length_without_a_save_keeps_no_copy(
 ) -> None:
     from amber.memory.known import MAX_BYTES
 
-    agent = _agent(stack, uid)
+    agent = _saved(stack, uid, reads, _a_string)
     mem = agent.l1_cache
-    mem.set("a", 1)
-    _save(stack, agent)
-    reads.clear()
     chunk = b"x" * (256 * 1024)
     for i in range(MAX_BYTES // len(chunk) + 2):
         mem.set(f"big{i % 3}", chunk + str(i).encode())
     assert mem.known.values == {} and not mem.known.sound  # past the bound: nothing kept
-    _save(stack, agent)
-    assert reads == [agent.agent_id]
-    _exact(stack, agent.agent_id)
+    _saved_by_reading(stack, agent, reads)

@@ -193,16 +193,16 @@ class AgentCheckpointer(CheckpointReads):
         dual = self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
         l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
         quiet = not dual and unchanged and not snap.memory and len(raw) <= QUIET_MAX_BYTES
-        meta: SnapshotMeta | None = None
+        copies: tuple[SnapshotMeta, Sealed] | None = None
         pending = None
         if not quiet:
-            meta = self.snapshotter.meta(snap, cp.checkpoint_id)
             backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, packed), cp.seq,
                       self.backup_ttl_ms)  # fmt: skip
+            copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
             # the Redis copies go out first and are read back after the commit: one round
             # trip each, overlapped. Restore trusts a copy only at PostgreSQL's newest
             # sequence, so a copy of a checkpoint that then fails to commit is never used.
-            pending = self._send_cache(snap, meta, backup)
+            pending = self._send_cache(snap, *copies)
         try:
             agent.run_status = self._commit(cp, raw, packed, snap, l1)
         except BaseException:
@@ -218,7 +218,7 @@ class AgentCheckpointer(CheckpointReads):
         agent.l1_cache.written -= written
         if dual and self.journal is not None:
             self._compact_log(cp)
-        self._cache(cp, raw, snap, meta, pending)
+        self._cache(cp, snap, copies, pending)
         observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
         return cp
 
@@ -351,19 +351,19 @@ class AgentCheckpointer(CheckpointReads):
     def _cache(
         self,
         cp: Checkpoint,
-        raw: bytes,
         snap: Snapshot,
-        meta: SnapshotMeta | None,
-        conn: Pending | None,
+        copies: tuple[SnapshotMeta, Sealed] | None,
+        pending: Pending | None,
     ) -> None:
         """After the commit: the Redis copies' reply, and the slow path when the script was
         not loaded, or the secondary could not take a delta. Never over newer copies.
-        Nothing for a quiet save (``meta`` None: no copies were sent)."""
-        if meta is None:
+        Nothing for a quiet save (``copies`` None: none were sent)."""
+        if copies is None:
             return
+        meta, backup = copies
         try:
             try:
-                reply = self._drain(conn)
+                reply = self._drain(pending)
             except (redis.RedisError, OSError):
                 reply = None  # the copies are written again below, once
             if isinstance(reply, list) and reply[1] != -1:
@@ -372,8 +372,6 @@ class AgentCheckpointer(CheckpointReads):
                 reply, redis.exceptions.NoScriptError
             ):
                 raise StoreUnavailable(f"Redis refused the copies: {reply}")
-            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw), cp.seq,
-                      self.backup_ttl_ms)  # fmt: skip
             with redis_errors(cp.agent_id):
                 keys_, args = self.snapshotter.cache_call(
                     snap, meta, backup, whole=isinstance(reply, list)

@@ -120,15 +120,19 @@ class HotWrites:
         try:
             reply = sent.reply()
         except (redis.RedisError, OSError) as exc:
-            log.warning("hot copy %r not written (%s): reads use PostgreSQL", keys[0], exc)
+            _not_written(keys, exc)
             return
         if isinstance(reply, redis.exceptions.NoScriptError):
             self._call(keys, args)  # Redis lost its scripts meanwhile: loaded again
         elif isinstance(reply, redis.ResponseError):
-            log.warning("hot copy %r not written (%s): reads use PostgreSQL", keys[0], reply)
+            _not_written(keys, reply)
 
     def _call(self, keys: list[Any], args: list[Any]) -> None:
         try:
             self.script(keys=keys, args=args)
         except (redis.RedisError, OSError) as exc:
-            log.warning("hot copy %r not written (%s): reads use PostgreSQL", keys[0], exc)
+            _not_written(keys, exc)
+
+
+def _not_written(keys: list[Any], why: Exception) -> None:
+    log.warning("hot copy %r not written (%s): reads use PostgreSQL", keys[0], why)

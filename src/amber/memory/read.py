@@ -312,8 +312,8 @@ def read_changes(
         return base.unchanged()
     if got.epoch != base.epoch:
         return None
-    return merge_changes(base, sorted(touched), got.memory, got.seq, got.epoch, tuple(got.missing),
-                         consume)  # fmt: skip
+    missing = tuple(got.missing)
+    return merge_changes(base, sorted(touched), got.memory, got.seq, got.epoch, missing, consume)
 
 
 def _names(raw: list[bytes], agent_id: str) -> list[str]:

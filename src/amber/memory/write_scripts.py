@@ -221,15 +221,14 @@ for _, name in ipairs(order) do
   marks[#marks + 1] = seq
   marks[#marks + 1] = name
 end
-for i = 1, #set, {2 * MAX_ARGS_PER_CALL} do
-  redis.call('HSET', KEYS[1], unpack(set, i, math.min(i + {2 * MAX_ARGS_PER_CALL - 1}, #set)))
+local function chunked(cmd, key, list, step)  -- step arguments a call, under unpack's limit
+  for i = 1, #list, step do
+    redis.call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))
+  end
 end
-for i = 1, #gone, {MAX_ARGS_PER_CALL} do
-  redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + {MAX_ARGS_PER_CALL - 1}, #gone)))
-end
-for i = 1, #marks, {2 * MAX_ARGS_PER_CALL} do
-  redis.call('ZADD', KEYS[4], unpack(marks, i, math.min(i + {2 * MAX_ARGS_PER_CALL - 1}, #marks)))
-end
+chunked('HSET', KEYS[1], set, {2 * MAX_ARGS_PER_CALL})
+chunked('HDEL', KEYS[1], gone, {MAX_ARGS_PER_CALL})
+chunked('ZADD', KEYS[4], marks, {2 * MAX_ARGS_PER_CALL})
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
 redis.call('PEXPIRE', KEYS[4], ttl)
 """

@@ -13,7 +13,7 @@ import amber
 from amber.errors import NotSupported
 from amber.langgraph import AmberSaver
 
-from .conftest import Chain, from_postgresql
+from .conftest import Chain, from_postgresql, generate_checkpoint
 
 ID = Callable[[str], str]
 
@@ -73,6 +73,31 @@ def test_a_fork_from_a_pruned_checkpoint_stores_the_values_it_needs_again(
     got = cold(stack, saver, config)
     assert got.checkpoint["channel_values"] == {"a": "a3", "b": "b1"}
     assert got.parent_config["configurable"]["checkpoint_id"] == chain.ids[0]
+
+
+@pytest.mark.parametrize("gone", ["pruned", "put over"])
+def test_a_put_whose_held_checkpoint_is_gone_stores_the_values_it_names_again(
+    stack: amber.Stack, saver: AmberSaver, uid: ID, gone: str
+) -> None:
+    """A put names the checkpoint this process holds as the witness that the values it only
+    names are stored (one probe for all). Another process pruned that checkpoint, or put
+    another one over its id: the witness fails, and the values are checked one by one."""
+    chain = Chain(saver, uid("t"))
+    chain.step(a="a1", b="b1")  # held by this process: the next put's witness
+    other = AmberSaver(stack)  # another process: its own copies
+    if gone == "pruned":
+        Chain(other, chain.thread_id).step(a="x", b="y")  # newer: the held one is pruned
+    else:
+        over = generate_checkpoint(channel_values={"a": "x", "b": "y"},
+                                   channel_versions={"a": "7", "b": "7"})  # fmt: skip
+        over["id"] = chain.ids[0]
+        other.put(chain.latest, over, {"source": "update", "step": 0, "parents": {}},
+                  {"a": "7", "b": "7"})  # fmt: skip
+    saver.prune([chain.thread_id], strategy="keep_latest")
+    assert count(stack, "lg_blobs", chain.thread_id) == 2  # b1 is gone
+    config = chain.step(a="a2")  # names b1, unchanged since the held checkpoint
+    got = cold(stack, saver, config)
+    assert got.checkpoint["channel_values"] == {"a": "a2", "b": "b1"}
 
 
 def test_prune_refuses_threads_using_a_delta_channel(saver: AmberSaver, uid: ID) -> None:

@@ -142,11 +142,13 @@ class SaverCore:
             full[ch] = self._blob(serde, at, ch, ver, values)
             new.append(full[ch])
         refs: list[Blob] = []
+        witnessed = held is not None
         for ch, ver in versions.items():
             if ch in full:
                 continue
             hit = cached.get(ch)
             blob = hit if hit is not None and hit.version == str(ver) else None
+            witnessed = witnessed and blob is not None
             full[ch] = blob or self._blob(serde, at, ch, ver, values)
             refs.append(full[ch])
         typed = serde.dumps_typed(body_document(checkpoint, md, at.checkpoint_id))
@@ -164,6 +166,9 @@ class SaverCore:
             "body_size": body.size,
             "body_sha256": body.digest(),
             "ttl": self.ttl_s,
+            # the checkpoint held names every version this one only names (see lg_put)
+            "witness": held.body.checkpoint_id if held is not None and witnessed else None,
+            "witness_seq": held.seq if held is not None and witnessed else None,
         }
         seq, missing = self._insert(params, new, refs)
         if missing:  # pruned since this run read them: store them again from the values

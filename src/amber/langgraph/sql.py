@@ -27,17 +27,19 @@ LOCK_THREAD = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
 
 # -- checkpoints -------------------------------------------------------------------------
 PUT_CHECKPOINT = """
-SELECT out_seq, out_missing FROM lg_put(%(thread_id)s, %(ns)s, %(checkpoint_id)s, %(run_id)s,
-    %(metadata)s::jsonb, %(channels)s::text[], %(versions)s::text[], %(body)s, %(body_size)s,
-    %(body_sha256)s, %(b_channel)s::text[], %(b_version)s::text[], %(b_type)s::text[],
-    %(b_data)s::bytea[], %(b_size)s::int[], %(b_sha256)s::bytea[], %(r_channel)s::text[],
-    %(r_version)s::text[], %(ttl)s::float8)
+SELECT out_seq, out_missing FROM lg_put(%(thread_id)b, %(ns)b, %(checkpoint_id)b, %(run_id)b,
+    %(metadata)b::jsonb, %(channels)b::text[], %(versions)b::text[], %(body)b, %(body_size)b,
+    %(body_sha256)b, %(b_channel)b::text[], %(b_version)b::text[], %(b_type)b::text[],
+    %(b_data)b::bytea[], %(b_size)b::int[], %(b_sha256)b::bytea[], %(r_channel)b::text[],
+    %(r_version)b::text[], %(ttl)b::float8, %(witness)b::text, %(witness_seq)b::bigint)
 """
-"""One checkpoint, in one statement and one commit (``lg_put``, migration 5): take the
+"""One checkpoint, in one statement and one commit (``lg_put``): take the
 thread's lock shared; if a channel version the checkpoint names but does not bring is
 missing (pruned since the run read it), write nothing and return ``(NULL, those
 channels)``; else insert the new blobs and the row and return ``(seq, [])``. Renews the
-thread's expiry: its own TTL, else ``%(ttl)s`` seconds when the saver has a default."""
+thread's expiry: its own TTL, else ``%(ttl)s`` seconds when the saver has a default.
+``%(witness)s`` and ``%(witness_seq)s`` name a checkpoint that names every version this
+one only names (the copy the caller holds), or are NULL (migration 14)."""
 
 _ROWS = """
 WITH c AS (
@@ -120,10 +122,10 @@ def checkpoint_rows(
 _WRITES = """
 INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx,
     channel, type, data, size, sha256)
-SELECT %(thread_id)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s, w.idx,
+SELECT %(thread_id)b, %(ns)b, %(checkpoint_id)b, %(task_id)b, %(task_path)b, w.idx,
     w.channel, w.type, w.data, w.size, w.sha256
-FROM unnest(%(idx)s::int[], %(channel)s::text[], %(type)s::text[], %(data)s::bytea[],
-            %(size)s::int[], %(sha256)s::bytea[]) AS w(idx, channel, type, data, size, sha256)
+FROM unnest(%(idx)b::int[], %(channel)b::text[], %(type)b::text[], %(data)b::bytea[],
+            %(size)b::int[], %(sha256)b::bytea[]) AS w(idx, channel, type, data, size, sha256)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO {action}
 """
 

@@ -21,7 +21,7 @@ _LG_PUT = """
         p_thread TEXT, p_ns TEXT, p_id TEXT, p_run TEXT, p_metadata JSONB,
         p_channels TEXT[], p_versions TEXT[], p_body BYTEA, p_body_size INT, p_body_sha256 BYTEA,
         b_channel TEXT[], b_version TEXT[], b_type TEXT[], b_data BYTEA[], b_size INT[],
-        b_sha256 BYTEA[], r_channel TEXT[], r_version TEXT[], p_ttl FLOAT8
+        b_sha256 BYTEA[], r_channel TEXT[], r_version TEXT[], p_ttl FLOAT8{witness_args}
     ) RETURNS TABLE (out_seq BIGINT, out_missing TEXT[]) LANGUAGE plpgsql AS $$
     DECLARE
         v_seq BIGINT;
@@ -85,11 +85,33 @@ _NAMED_CHECK_V11 = """
 """
 
 
-def _lg_put(replace: bool, check: str) -> str:
-    """``lg_put``'s definition with ``check``; ``CREATE OR REPLACE`` when ``replace``."""
+_WITNESS_ARGS = ",\n        p_witness TEXT, p_witness_seq BIGINT"
+_WITNESSED_CHECK_V14 = (
+    """
+        -- the caller names a checkpoint it wrote or read (id and seq: an overwritten row
+        -- has a new seq) that names every channel version this one only names; while
+        -- that row is stored, so are they (retention deletes only blobs no checkpoint
+        -- names), and one primary-key probe stands for a probe per channel
+        IF p_witness IS NULL OR NOT EXISTS (
+            SELECT 1 FROM lg_checkpoints w WHERE w.thread_id = p_thread
+            AND w.checkpoint_ns = p_ns AND w.checkpoint_id = p_witness
+            AND w.seq = p_witness_seq) THEN
+"""
+    + "\n".join(
+        "    " + line if line else line for line in _NAMED_CHECK_V11.removeprefix("\n").split("\n")
+    )
+    + """        END IF;
+"""
+)
+
+
+def _lg_put(replace: bool, check: str, witness: bool = False) -> str:
+    """``lg_put``'s definition with ``check``; ``CREATE OR REPLACE`` when ``replace``;
+    ``witness``: the overload that also takes the caller's witness checkpoint."""
     return (
         _LG_PUT.removeprefix("\n")
         .replace("{replace}", " OR REPLACE" if replace else "", 1)
+        .replace("{witness_args}", _WITNESS_ARGS if witness else "", 1)
         .replace("{check}", check.removeprefix("\n"), 1)
     )
 
@@ -408,6 +430,14 @@ MIGRATIONS: list[str] = [
         seen_at TIMESTAMPTZ NOT NULL DEFAULT NOW()
     );
     """,
+    # 14: lg_put with a witness: a put whose unchanged channels are those of a checkpoint
+    #     the caller wrote or read names that checkpoint, and one probe of it replaces the
+    #     probe per channel (80 of lg_put's 195 us on a 10-channel put). Migration 11's
+    #     lg_put stays for processes of the version before.
+    """
+"""
+    + _lg_put(False, _WITNESSED_CHECK_V14, witness=True)
+    + """    """,
 ]
 
 

@@ -195,7 +195,11 @@ def test_a_memory_redis_lost_after_the_writes_is_saved_as_written(
     assert restored["a"].value == b"changed" and restored["b"].value == b"2"
 
 
-OPS = st.sampled_from(["bset", "bdel", "set", "del", "rpush", "expire", "other", "wrong"])
+OPS = st.sampled_from(
+    ["bset", "bdel", "set", "del", "rpush", "expire", "other", "wrong",
+     "dset", "ddel", "dread", "dother"]
+)  # fmt: skip
+"""Writes of a step: ``d*`` are deferred batches (``batch(defer=True)``), sent with the save."""
 
 
 @settings(
@@ -216,7 +220,19 @@ def test_every_save_stores_the_memory_redis_holds(
     for n, step in enumerate(steps):
         for op, i in step:
             name = f"k{i}"
-            if op in ("bset", "bdel"):
+            if op in ("dset", "ddel", "dread"):
+                with mem.batch(defer=True) as b:
+                    b.delete(name)
+                    if op != "ddel":
+                        b.set(name, f"d{n}-{i}")
+                if op == "dread":
+                    assert mem.get(name) == f"d{n}-{i}".encode()
+            elif op == "dother":  # another object's write between the staging and the save
+                with mem.batch(defer=True) as b:
+                    b.set("staged", n)
+                other.delete(name)
+                other.set(name, f"other-{n}")
+            elif op in ("bset", "bdel"):
                 with mem.batch() as b:
                     b.delete(name)
                     if op == "bset":
@@ -243,6 +259,8 @@ def test_every_save_stores_the_memory_redis_holds(
                 with pytest.raises(WrongType), mem.batch() as b:
                     b.set("k-new", 1).rpush(name, "x")
         _save(stack, agent)
+        if stack.snapshotter.stored(agent.agent_id) is None:  # the next save reads Redis
+            _save(stack, agent)
         _exact(stack, agent.agent_id)
 
 

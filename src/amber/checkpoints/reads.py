@@ -18,9 +18,9 @@ from amber.checkpoints.model import Checkpoint, decode_doc, unseal
 from amber.checkpoints.versions import CheckpointMigrations
 from amber.errors import AmberError, CheckpointCorrupt, CheckpointNotFound, StoreUnavailable
 from amber.keys import Keys, check_id, check_uuid
+from amber.memory.reading import redis_errors
 from amber.memory.restore import fold_chain
 from amber.memory.snapshot import elapsed_ms
-from amber.memory.working import redis_errors
 from amber.schema import sql
 
 log = logging.getLogger("amber.checkpoints")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,7 +39,10 @@ from amber.errors import (
 )
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
+from amber.memory.batch import Staged
 from amber.memory.journal import L1Journal
+from amber.memory.known import batch_sets
+from amber.memory.reading import redis_errors
 from amber.memory.recovery import MemoryMark
 from amber.memory.restore import PG_SNAPSHOTS_TRIED
 from amber.memory.snapshot import (
@@ -49,7 +53,7 @@ from amber.memory.snapshot import (
     SnapshotMeta,
     Stored,
 )
-from amber.memory.working import AgentMemory, redis_errors
+from amber.memory.working import AgentMemory
 from amber.schema import sql
 
 log = logging.getLogger("amber.checkpoints")
@@ -106,6 +110,14 @@ class L1Row:
     """Deltas since the last whole snapshot, this one included."""
 
 
+def _string_or_absent(op: list[Any], known: dict[str, bytes | None], snap: Snapshot) -> bool:
+    """Whether a staged write leaves its key a string or absent without a type error."""
+    if op[0] != "SET" or op[1] in known:
+        return True
+    entry = snap.memory.get(op[1])
+    return entry is None or entry.type == "string"
+
+
 class AgentCheckpointer(CheckpointReads):
     """Saves and restores agent checkpoints (DD-011) with their L1 snapshots (DD-016);
     the restores and read-only queries are ``CheckpointReads``'."""
@@ -151,11 +163,15 @@ class AgentCheckpointer(CheckpointReads):
         in PostgreSQL too. Acknowledged when PostgreSQL has committed.
         """
         t0 = time.perf_counter()
-        written = set(agent.l1_cache.written)
-        known = agent.l1_cache.take_known()
+        mem = agent.l1_cache
         # the snapshot stays this store's own (never handed out), so the next save may
         # take over its maps: see L1CacheSnapshotter.advance
         stored = self.snapshotter.stored(agent.agent_id)
+        staged = self._staged(mem, stored)
+        written = set(mem.written)
+        known = mem.take_known()
+        if staged is not None:  # Redis applies them at the next sequence: see _staged
+            known.note(staged.seq, staged.epoch.encode(), batch_sets(staged.ops))
         snap = self._unchanged(agent, written, stored)
         unchanged = snap is not None
         private = snap is None or (stored is not None and stored.private)
@@ -202,25 +218,84 @@ class AgentCheckpointer(CheckpointReads):
             # the Redis copies go out first and are read back after the commit: one round
             # trip each, overlapped. Restore trusts a copy only at PostgreSQL's newest
             # sequence, so a copy of a checkpoint that then fails to commit is never used.
-            pending = self._send_cache(snap, *copies)
+            pending = self._send_cache(snap, *copies, staged=staged)
         try:
             agent.run_status = self._commit(cp, raw, packed, snap, l1)
         except BaseException:
-            if pending is not None:
-                self._drain(pending)
+            if staged is not None and not staged.applied(self._drain_all(pending)[0]):
+                mem.staged = staged.ops + mem.staged  # sets and deletes: safe to send again
+            elif pending is not None:
+                self._drain_all(pending)
             raise
+        replies: list[Any] | None = None
+        if staged is not None:
+            replies = self._drain_all(pending)
+            replies[0] = staged.again(replies[0])
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
         agent.checkpoint_l1 = MemoryMark(snap.seq, snap.hash, snap.epoch)
+        mem.written -= written
+        if staged is not None and replies is not None and not staged.applied(replies[0]):
+            self._cache(cp, snap, copies, lambda: replies[1])
+            if not staged.overtaken(replies[0]):
+                raise self._not_taken(cp, mem, staged, replies[0])
+            # another object wrote first: the next save reads what Redis holds
+            self.snapshotter.forget(cp.agent_id)
+            mem.known.spoil()
+            observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
+            return cp
         self.snapshotter.remember(
             snap, cp.seq if l1 else None, l1.chain if l1 else 0, private=private
         )
-        agent.l1_cache.written -= written
         if dual and self.journal is not None:
             self._compact_log(cp)
-        self._cache(cp, snap, copies, pending)
+        if replies is not None:
+            self._cache(cp, snap, copies, lambda: replies[1])
+        else:
+            self._cache(cp, snap, copies, lambda: self._drain(pending))
         observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
         return cp
+
+    def _staged(self, mem: AgentMemory, stored: Stored | None) -> Staged | None:
+        """The writes deferred to this save (``batch(defer=True)``), to go to Redis with its
+        copies while PostgreSQL commits the memory they make, when that memory is provable
+        without a read: this process stored the snapshot they apply to, the writes noted
+        since continue its sequence, and no key they set holds another type. Redis then
+        applies them at the next sequence. Otherwise they are applied now, and the save
+        goes on as after any write (None)."""
+        ops, mem.staged = mem.staged, []
+        if not ops:
+            return None
+        known, snap = mem.known, stored.snap if stored is not None else None
+        if (
+            snap is not None
+            and snap.epoch is not None
+            and getattr(self.redis, "connection_pool", None) is not None
+            and known.enabled
+            and known.sound
+            and (known.proves(snap) if known.count else not snap.owned)
+            and (not mem.guarded or mem.epoch == snap.epoch)
+            and all(_string_or_absent(op, known.values, snap) for op in ops)
+        ):
+            return Staged(ops, (known.last if known.count else snap.seq) + 1, snap.epoch, mem)
+        mem.staged = ops
+        mem.flush()
+        return None
+
+    def _not_taken(self, cp: Checkpoint, mem: AgentMemory, staged: Staged, reply: Any) -> Exception:
+        """The error of a save that committed but whose deferred writes Redis did not take
+        as planned: working memory is not the checkpoint's, and is recovered from it."""
+        self.snapshotter.forget(cp.agent_id)
+        mem.known.spoil()
+        if isinstance(reply, redis.ResponseError) and str(reply).startswith(scripts.FENCED):
+            return fenced(cp.analysis_id, str(cp.writer), "write its deferred memory writes")
+        return MemoryLost(
+            f"checkpoint {cp.seq} is in PostgreSQL with the writes deferred to it, but Redis"
+            f" did not take them ({staged.why(reply)}); recover the memory from it",
+            agent_id=cp.agent_id,
+            analysis_id=cp.analysis_id,
+            checkpoint_id=cp.checkpoint_id,
+        )
 
     def _unchanged(
         self, agent: Checkpointable, written: set[str], stored: Stored | None
@@ -335,10 +410,28 @@ class AgentCheckpointer(CheckpointReads):
             row = conn.execute(sql.LEASE_OF, (cp.analysis_id,)).fetchone()
         return row is not None and (row[0] != cp.writer or row[1] not in ("running", "paused"))
 
-    def _send_cache(self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed) -> Pending | None:
-        """Send the script that writes the Redis copies, without waiting for its reply."""
+    def _send_cache(
+        self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed, staged: Staged | None = None
+    ) -> Pending | None:
+        """Send the script that writes the Redis copies, without waiting for its reply;
+        with ``staged``, the deferred writes' script first, on the same connection."""
         keys_, args = self.snapshotter.cache_call(snap, meta, backup)
-        return Pending.send(self.redis, "EVALSHA", self._cache_sha, len(keys_), *keys_, *args)
+        cache = ("EVALSHA", self._cache_sha, len(keys_), *keys_, *args)
+        if staged is None:
+            return Pending.send(self.redis, *cache)
+        head, bkeys, bargs = staged.mem.batch_call(staged.ops)
+        return Pending.send_all(self.redis, [(*head, *bkeys, *bargs), cache])
+
+    @staticmethod
+    def _drain_all(pending: Pending | None) -> list[Any]:
+        """Every reply of ``pending``; a reply that could not be read is the error that
+        kept it (nothing sent, a lost connection)."""
+        if pending is None:
+            return [redis.ConnectionError("Redis could not be reached")] * 2
+        try:
+            return pending.replies()
+        except (redis.RedisError, OSError) as exc:
+            return [exc] * pending.count
 
     @staticmethod
     def _drain(pending: Pending | None) -> Any:
@@ -353,7 +446,7 @@ class AgentCheckpointer(CheckpointReads):
         cp: Checkpoint,
         snap: Snapshot,
         copies: tuple[SnapshotMeta, Sealed] | None,
-        pending: Pending | None,
+        read: Callable[[], Any],
     ) -> None:
         """After the commit: the Redis copies' reply, and the slow path when the script was
         not loaded, or the secondary could not take a delta. Never over newer copies.
@@ -363,7 +456,9 @@ class AgentCheckpointer(CheckpointReads):
         meta, backup = copies
         try:
             try:
-                reply = self._drain(pending)
+                reply = read()
+                if isinstance(reply, redis.ConnectionError | redis.TimeoutError | OSError):
+                    reply = None
             except (redis.RedisError, OSError):
                 reply = None  # the copies are written again below, once
             if isinstance(reply, list) and reply[1] != -1:

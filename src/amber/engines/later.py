@@ -15,17 +15,26 @@ import redis
 
 
 class Pending:
-    """One command whose reply is still due."""
+    """Commands whose replies are still due, in the order they were sent."""
 
-    def __init__(self, pool: redis.ConnectionPool, conn: redis.connection.Connection) -> None:
+    def __init__(
+        self, pool: redis.ConnectionPool, conn: redis.connection.Connection, count: int = 1
+    ) -> None:
         self.pool = pool
         self.conn = conn
+        self.count = count
         self.pid = os.getpid()
 
     @classmethod
     def send(cls, client: redis.Redis, *command: Any) -> Pending | None:
         """Send ``command`` without waiting for its reply; None when it could not be sent
         (no pool, no connection, a failed send): the caller makes the call itself."""
+        return cls.send_all(client, [command])
+
+    @classmethod
+    def send_all(cls, client: redis.Redis, commands: list[tuple[Any, ...]]) -> Pending | None:
+        """Send ``commands`` in one write on one connection, so Redis runs them in this
+        order, without waiting for their replies; None as for :meth:`send`."""
         pool: redis.ConnectionPool | None = getattr(client, "connection_pool", None)
         if pool is None:
             return None
@@ -34,23 +43,31 @@ class Pending:
         except (redis.RedisError, OSError):
             return None
         try:
-            conn.send_command(*command)  # type: ignore[no-untyped-call]
+            conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
         except (redis.RedisError, OSError):
             conn.disconnect()  # type: ignore[no-untyped-call]
             pool.release(conn)
             return None
-        return cls(pool, conn)
+        return cls(pool, conn, len(commands))
 
     def reply(self) -> Any:
-        """The reply, a ``redis.ResponseError`` returned rather than raised; a lost
+        """The reply of the one command sent (see :meth:`replies`)."""
+        return self.replies()[0]
+
+    def replies(self) -> list[Any]:
+        """Every reply, a ``redis.ResponseError`` returned rather than raised; a lost
         connection raises. The connection goes back to its pool either way. In a forked
-        child the parent's reply is not ours to read: ``redis.ConnectionError``."""
+        child the parent's replies are not ours to read: ``redis.ConnectionError``."""
         if self.pid != os.getpid():
             raise redis.ConnectionError("a reply sent before fork is not this process's")
+        out: list[Any] = []
         try:
-            return self.conn.read_response()
-        except redis.ResponseError as exc:
-            return exc
+            for _ in range(self.count):
+                try:
+                    out.append(self.conn.read_response())
+                except redis.ResponseError as exc:
+                    out.append(exc)
+            return out
         except BaseException:
             self.conn.disconnect()  # type: ignore[no-untyped-call]
             raise

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import redis
 
 from amber.codec import RedisType
 from amber.errors import InvalidValue
+from amber.memory.known import batch_sets
 
 if TYPE_CHECKING:
-    from amber.memory.working import AgentMemory, Scalar
+    from amber.memory.reading import Scalar
+    from amber.memory.working import AgentMemory
 
 COMMAND_TYPES: dict[str, RedisType] = {
     "SET": "string", "RPUSH": "list", "LPUSH": "list", "HSET": "hash", "HDEL": "hash",
@@ -38,10 +43,12 @@ def _zadd_args(agent_id: str, name: str, mapping: Mapping[Any, float]) -> list[S
 
 
 class Batch:
-    """Writes queued by ``AgentMemory.batch()``, applied together when the block ends."""
+    """Writes queued by ``AgentMemory.batch()``, applied together when the block ends, or
+    (``defer``) with the agent's next save."""
 
-    def __init__(self, memory: AgentMemory) -> None:
+    def __init__(self, memory: AgentMemory, defer: bool = False) -> None:
         self.memory = memory
+        self.defer = defer
         self.ops: list[list[Any]] = []
         self.results: list[Any] = []
 
@@ -53,9 +60,17 @@ class Batch:
             self.execute()
 
     def execute(self) -> list[Any]:
-        """Apply the queued writes now (logged first in ``wal`` mode); their results."""
+        """Apply the queued writes now (logged first in ``wal`` mode); their results. A
+        deferred batch of string sets and deletes outside ``wal`` mode is staged instead
+        (``AgentMemory.staged``), and has no results."""
         mem, ops = self.memory, self.ops
         self.ops = []
+        if self.defer and mem.journal is None and batch_sets(ops) is not None:
+            mem.staged += ops
+            mem.written.update(op[1] for op in ops)
+            self.results = []
+            return self.results
+        mem.flush()
         seq = mem.journal(BATCH, "", ops) if mem.journal else None
         self.results = mem._logged(seq, lambda: mem._apply_batch(ops, seq))
         return self.results
@@ -107,3 +122,57 @@ class Batch:
             self.memory.key(name)
             self.ops.append(["DEL", name, "", []])
         return self
+
+
+@dataclass(frozen=True)
+class Staged:
+    """Deferred writes a save sends with its Redis copies, and what Redis must answer."""
+
+    ops: list[list[Any]]
+    seq: int
+    """The sequence Redis must give them: the one after the memory's last."""
+    epoch: str
+    mem: AgentMemory
+
+    def applied(self, reply: Any) -> bool:
+        """Whether the batch script's reply says Redis applied them as planned."""
+        return (
+            isinstance(reply, list)
+            and len(reply) == 3
+            and reply[1] == self.seq
+            and reply[2] == self.epoch.encode()
+        )
+
+    def overtaken(self, reply: Any) -> bool:
+        """Whether Redis applied them in the planned incarnation, but later: another
+        object's writes came first. The memory then holds more than the checkpoint, and
+        nothing was lost."""
+        return (
+            isinstance(reply, list)
+            and len(reply) == 3
+            and isinstance(reply[1], int)
+            and reply[1] > self.seq
+            and reply[2] == self.epoch.encode()
+        )
+
+    def again(self, reply: Any) -> Any:
+        """``reply``, or when Redis had lost the script, the reply of running it again the
+        ordinary way (which loads it)."""
+        if not isinstance(reply, redis.exceptions.NoScriptError):
+            return reply
+        _, keys, args = self.mem.batch_call(self.ops)
+        try:
+            return self.mem._batch_script(keys=keys, args=args)
+        except (redis.RedisError, OSError) as exc:
+            return exc
+
+    def why(self, reply: Any) -> str:
+        """What went otherwise than planned, in words."""
+        if isinstance(reply, BaseException):
+            return f"{type(reply).__name__}: {reply}"
+        if isinstance(reply, list) and len(reply) == 3:
+            return (
+                f"it applied them at sequence {reply[1]} of epoch {reply[2]!r},"
+                f" not {self.seq} of {self.epoch!r}"
+            )
+        return f"it answered {reply!r:.80}"

@@ -17,6 +17,7 @@ from amber.codec import Entry, RedisType
 from amber.errors import ConsistencyError, InvalidIdentifier, UnsupportedType
 from amber.keys import Keys, check_id, check_keys
 from amber.memory import scripts
+from amber.memory.reading import redis_errors
 from amber.memory.snapshot_model import (
     CHUNKED_ATTEMPTS,
     READ_ATTEMPTS,
@@ -26,7 +27,7 @@ from amber.memory.snapshot_model import (
     _canonize,
     merge_changes,
 )
-from amber.memory.working import redis_errors, supported
+from amber.memory.working import supported
 
 
 def _decode_reply(rtype: RedisType, reply: Any) -> codec.Value:

@@ -28,6 +28,7 @@ from amber.errors import (
 )
 from amber.keys import Keys, check_id, check_key, check_keys, check_uuid
 from amber.memory import scripts
+from amber.memory.reading import redis_errors
 from amber.memory.snapshot import (
     Canon,
     Snapshot,
@@ -35,7 +36,6 @@ from amber.memory.snapshot import (
     elapsed_ms,
     read_memory,
 )
-from amber.memory.working import redis_errors
 from amber.schema import sql
 
 log = logging.getLogger("amber.memory")

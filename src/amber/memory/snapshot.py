@@ -27,6 +27,7 @@ from amber.memory.read import (
     read_changes,
     read_memory,
 )
+from amber.memory.reading import redis_errors
 from amber.memory.snapshot_model import (
     CHUNKED_ATTEMPTS,
     MAX_CHAIN,
@@ -43,7 +44,6 @@ from amber.memory.snapshot_model import (
     elapsed_ms,
     make_snapshot,
 )
-from amber.memory.working import redis_errors
 from amber.schema import sql
 
 __all__ = [

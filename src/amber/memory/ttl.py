@@ -7,7 +7,7 @@ from typing import cast
 import redis
 
 from amber.keys import Keys, check_id
-from amber.memory.working import redis_errors
+from amber.memory.reading import redis_errors
 
 
 class L1TTLManager:

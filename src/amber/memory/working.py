@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import msgpack
 import redis
@@ -19,69 +19,25 @@ import redis
 from amber import codec
 from amber.codec import REDIS_TYPES
 from amber.errors import (
-    ConsistencyError,
     Fenced,
     InvalidValue,
-    MemoryLost,
-    StoreUnavailable,
     WrongType,
 )
 from amber.keys import Keys, check_id, check_key, check_utf8
-from amber.memory import scripts, write_scripts
+from amber.memory import write_scripts
 from amber.memory.batch import BATCH, COMMAND_TYPES, Batch, _zadd_args
 from amber.memory.known import KnownWrites, batch_sets
+from amber.memory.reading import MemoryReads, Scalar, redis_errors
 
 T = TypeVar("T")
 
-Scalar = bytes | str | int | float
-ByteSet = set[bytes]
 Journal = Callable[[str, str, list[Any]], int | None]
 """Called before each write with (command, key name, arguments); may return the
 write's sequence number (the WAL durability mode logs the write and returns its
 WAL sequence, which then becomes the agent's sequence)."""
 
 
-@contextlib.contextmanager
-def redis_errors(agent_id: str, name: str | None = None) -> Iterator[None]:
-    """Turn redis-py exceptions into amber's, naming the agent and key."""
-    try:
-        yield
-    except redis.ResponseError as exc:
-        text = str(exc)
-        if text.startswith(scripts.FENCED):
-            raise Fenced(
-                f"a later run took agent {agent_id}'s working memory over (fence"
-                f" {text.split()[1]}): this run's write was refused",
-                agent_id=agent_id,
-                key=name,
-            ) from None
-        if text.startswith(scripts.LOST):
-            raise MemoryLost(
-                "working memory was lost or replaced in Redis since it was recovered"
-                f" (epoch now {text.split()[1]!r}); recover it first",
-                agent_id=agent_id,
-                key=name,
-            ) from None
-        if "WRONGTYPE" in text:
-            raise WrongType(
-                f"key {name!r} holds another type ({text.split()[-1].lower()})",
-                agent_id=agent_id,
-                key=name,
-            ) from None
-        raise StoreUnavailable(
-            f"Redis refused an L1 command: {text}", agent_id=agent_id, key=name
-        ) from None
-    except redis.DataError as exc:
-        raise InvalidValue(
-            f"value for key {name!r} cannot be stored: {exc}", agent_id=agent_id, key=name
-        ) from None
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise StoreUnavailable(
-            f"Redis failed during an L1 operation: {exc}", agent_id=agent_id
-        ) from None
-
-
-class AgentMemory:
+class AgentMemory(MemoryReads):
     """An agent's working memory in Redis under ``<prefix>:L1:{agent_id}:working:<key>``.
 
     Values go in as bytes, str, int or float and come out as bytes, like redis-py
@@ -120,6 +76,8 @@ class AgentMemory:
         read them in the same round trip as the server's record of changes)."""
         self.epoch: str | None = None
         """The incarnation this memory expects, when guarded (None: none yet)."""
+        self.staged: list[list[Any]] = []
+        """Writes of deferred batches not applied yet (``batch(defer=True)``), as ops."""
         self.known = KnownWrites(enabled=journal is None)
         """The values this object wrote since its agent's last save (see ``memory/known.py``)."""
         self._read_script = client.register_script(write_scripts.READ_ONE)
@@ -140,14 +98,17 @@ class AgentMemory:
         """
         self.guarded = True
         self.epoch = epoch
+        self.staged = []  # made against the incarnation this replaces: never applied
 
     def fence(self, token: int | None) -> None:
         """Write as the run holding ``token`` from now on: a write is refused
         (``Fenced``) once a run with a higher token took the memory over."""
         self.token = token
+        self.staged = []
 
     def current_epoch(self) -> str | None:
         """The incarnation Redis holds now (None: no memory)."""
+        self.flush()
         with redis_errors(self.agent_id):
             raw = self.redis.get(self._epoch)
         return raw.decode() if isinstance(raw, bytes) else None
@@ -157,6 +118,12 @@ class AgentMemory:
         and the run's token after a newline when fenced."""
         expected = (self.epoch or "-") if self.guarded else ""
         return expected if self.token is None else f"{expected}\n{self.token}"
+
+    def flush(self) -> None:
+        """Apply the staged writes of deferred batches now, if there are any."""
+        if self.staged:
+            ops, self.staged = self.staged, []
+            self._apply_batch(ops, None)
 
     def take_known(self) -> KnownWrites:
         """The writes noted since the last call, and a fresh log for those to come."""
@@ -170,6 +137,7 @@ class AgentMemory:
     # -- writes -----------------------------------------------------------------------
     def _write(self, command: str, name: str, *args: Any) -> Any:
         values = self._check(command, name, args)
+        self.flush()
         seq = self.journal(command, name, values) if self.journal else None
         return self._logged(seq, lambda: self._apply(command, name, values, seq))
 
@@ -277,35 +245,35 @@ class AgentMemory:
                 f"the log holds an unknown L1 command {command!r}", agent_id=self.agent_id, key=name
             )
 
-    def batch(self) -> Batch:
+    def batch(self, defer: bool = False) -> Batch:
         """Many writes applied in one round trip, atomically, when the block ends:
 
         ``with mem.batch() as b: b.set("a", 1); b.rpush("log", "x")``. Each write is
         checked when it is queued; a key of another type refuses the whole batch
         (``WrongType``) and nothing is applied. ``b.results`` holds each write's result
         afterwards. In ``wal`` mode the batch is logged as one entry.
+
+        ``defer``: a batch of string sets and deletes is staged in this object and goes
+        to Redis with the agent's next save, in the round trip that writes the save's
+        copies and while PostgreSQL commits; or before this object's next read or
+        write, which then sees it. It has no results. Any other batch, or any batch in
+        ``wal`` mode, is applied when the block ends. See docs/memory.md.
         """
-        return Batch(self)
+        return Batch(self, defer)
+
+    def batch_call(self, ops: list[list[Any]], seq: int | None = None) -> tuple[list[Any], ...]:
+        """The batch script's call for ``ops``: (EVALSHA, sha, KEYS count, KEYS, ARGV)."""
+        keys = [self._index, self._seq, self._epoch, self._changes,
+                *(self.key(op[1]) for op in ops), self._fence]  # fmt: skip
+        args = [msgpack.packb(ops, use_bin_type=False), self.ttl_ms,
+                "" if seq is None else seq, self._expected()]  # fmt: skip
+        return (["EVALSHA", self._batch_script.sha, len(keys)], keys, args)
 
     def _apply_batch(self, ops: list[list[Any]], seq: int | None) -> list[Any]:
         self.written.update(op[1] for op in ops)
+        _, keys, args = self.batch_call(ops, seq)
         with self.known.calling(), redis_errors(self.agent_id):
-            results, at, epoch = self._batch_script(
-                keys=[
-                    self._index,
-                    self._seq,
-                    self._epoch,
-                    self._changes,
-                    *(self.key(op[1]) for op in ops),
-                    self._fence,
-                ],
-                args=[
-                    msgpack.packb(ops, use_bin_type=False),
-                    self.ttl_ms,
-                    "" if seq is None else seq,
-                    self._expected(),
-                ],
-            )
+            results, at, epoch = self._batch_script(keys=keys, args=args)
         self.known.note(at, epoch, batch_sets(ops))
         self._adopt(epoch)
         return list(results)
@@ -365,6 +333,7 @@ class AgentMemory:
             return 0
         for n in names:
             check_key(n)
+        self.flush()
         seq = self.journal("DEL", names[0], list(names[1:])) if self.journal else None
         return self._logged(seq, lambda: self._delete(list(names), seq))
 
@@ -381,6 +350,7 @@ class AgentMemory:
         if seconds <= 0:
             return self.delete(name) == 1
         self.key(name)
+        self.flush()
         seq = self.journal("EXPIRE", name, [seconds * 1000]) if self.journal else None
         return self._logged(seq, lambda: self._expire(name, seconds * 1000, seq))
 
@@ -394,92 +364,6 @@ class AgentMemory:
             )
         self._adopt(epoch)
         return bool(done)
-
-    # -- reads --------------------------------------------------------------------------
-    def _read(self, name: str, command: str, *args: Any) -> Any:
-        """Run a read command on one key; guarded, in one script that checks the epoch."""
-        key = self.key(name)
-        with redis_errors(self.agent_id, name):
-            if not self.guarded:
-                return self.redis.execute_command(command, key, *args)  # type: ignore[no-untyped-call]
-            return self._read_script(
-                keys=[self._epoch, key, self._index], args=[self._expected(), command, name, *args]
-            )
-
-    def get(self, name: str) -> bytes | None:
-        """Value of a string key, or None."""
-        return cast(bytes | None, self._read(name, "GET"))
-
-    def exists(self, name: str) -> bool:
-        """Whether the key exists."""
-        return bool(self._read(name, "EXISTS"))
-
-    def ttl(self, name: str) -> int:
-        """Seconds the key has left (-1 none, -2 missing)."""
-        return int(self._read(name, "TTL"))
-
-    def type(self, name: str) -> str:
-        """Redis type of the key ('none' if missing)."""
-        raw = self._read(name, "TYPE")
-        return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-    def lrange(self, name: str, start: int, end: int) -> list[bytes]:
-        """Elements of a list between two indexes, inclusive."""
-        return cast(list[bytes], self._read(name, "LRANGE", start, end))
-
-    def llen(self, name: str) -> int:
-        """Length of a list."""
-        return int(self._read(name, "LLEN"))
-
-    def hget(self, name: str, key: Scalar) -> bytes | None:
-        """One hash field, or None."""
-        return cast(bytes | None, self._read(name, "HGET", key))
-
-    def hgetall(self, name: str) -> dict[bytes, bytes]:
-        """All fields of a hash."""
-        flat = self._read(name, "HGETALL")
-        if isinstance(flat, dict):
-            return cast(dict[bytes, bytes], flat)
-        it = iter(cast(list[bytes], flat))
-        return dict(zip(it, it, strict=True))
-
-    def smembers(self, name: str) -> ByteSet:
-        """All members of a set."""
-        return set(cast(list[bytes] | ByteSet, self._read(name, "SMEMBERS")))
-
-    def zrange(
-        self, name: str, start: int, end: int, withscores: bool = False
-    ) -> list[bytes] | list[tuple[bytes, float]]:
-        """Members of a zset by rank, optionally with scores."""
-        if not withscores:
-            return cast(list[bytes], self._read(name, "ZRANGE", start, end))
-        flat = cast(list[Any], self._read(name, "ZRANGE", start, end, "WITHSCORES"))
-        if flat and isinstance(flat[0], tuple | list):
-            return [(bytes(m), float(s)) for m, s in flat]
-        it = iter(flat)
-        return [(m, float(s)) for m, s in zip(it, it, strict=True)]
-
-    def keys_list(self) -> list[str]:
-        """Names of every key in this memory, from the index (sorted)."""
-        with redis_errors(self.agent_id):
-            raw = cast(list[bytes], self.redis.hkeys(self._index))
-        return sorted(n.decode() for n in raw)
-
-    def sequence(self) -> int:
-        """The agent's mutation sequence (0 if it has none)."""
-        with redis_errors(self.agent_id):
-            raw = self.redis.get(self._seq)
-        if raw is None:
-            return 0
-        try:
-            return int(cast(bytes, raw))
-        except ValueError:
-            raise ConsistencyError(
-                f"the working-memory sequence holds {cast(bytes, raw)[:40]!r}, not a number:"
-                " it was written outside amber; recover the agent's memory",
-                agent_id=self.agent_id,
-                key=self._seq,
-            ) from None
 
 
 def _text(value: Any) -> str:

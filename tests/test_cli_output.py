@@ -3,6 +3,7 @@ keep ids whole at 80 and 200 columns, ``amber status`` counts, progress only on 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -16,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
 import amber
-from amber.cli import app
+from amber.cli import app, output
 from amber.cli.ids import uuid_prefix
 from amber.errors import InvalidIdentifier
 from amber.examples import ANALYSTS
@@ -374,3 +377,17 @@ def test_show_never_cuts_a_value_inside(stack: amber.Stack, columns: int | None)
         assert all(len(line) <= columns for line in lines), out
     stamps = [line.split()[0] for line in lines[end + 1 :] if line.startswith("  2")]
     assert stamps and all("T" in stamp for stamp in stamps), out  # date and time together
+
+
+def test_a_table_of_wide_characters_fits_or_becomes_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An id of characters two cells wide (a task named in Japanese) is measured in cells,
+    not characters: the table that would overflow is printed as records instead."""
+    out = io.StringIO()
+    monkeypatch.setattr(output, "console", Console(file=out, width=80, color_system=None))
+    wide = "名前" * 18  # 36 characters, 72 cells
+    output.table([output.Col("review", "id"), output.Col("waits", "id")], [[wide, "task x"]])
+    lines = out.getvalue().splitlines()
+    assert all(cell_len(line) <= 80 for line in lines), out.getvalue()
+    assert any(wide in line for line in lines)

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 import orjson
 import typer
+from rich.cells import cell_len
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -73,7 +74,7 @@ class Col:
 def table(columns: Sequence[Col], rows: Sequence[Sequence[str]], title: str | None = None) -> None:
     """Print rows as a table that fits the terminal with every id whole, or as records."""
     widths = [
-        max([len(c.name), *(max(map(len, r[i].splitlines() or [""])) for r in rows)])
+        max([len(c.name), *(max(map(cell_len, r[i].splitlines() or [""])) for r in rows)])
         for i, c in enumerate(columns)
     ]
     least = len(columns) + 1  # borders

@@ -103,6 +103,37 @@ def test_default_rebuilds_every_memory_from_postgresql_and_repeats_no_call(
     assert "rolled_back" not in kinds
 
 
+def test_default_step_whose_deferred_writes_redis_lost_is_recovered_not_run_again(
+    stack: amber.Stack, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis loses an agent's memory while a step's writes wait in a deferred batch for
+    its save: the checkpoint commits with them, the save says working memory did not take
+    them, and the run recovers that memory from the checkpoint and goes on. No step runs
+    twice, no call is repeated, and the results are an uninterrupted run's."""
+    reference = _reference(stack)
+    market = MarketDataClient()
+    aid = stack.coordinator.start_analysis("AAPL", ANALYSTS)
+    checkpointer = type(stack.checkpointer)
+    real = checkpointer.save_checkpoint
+    lost: list[str] = []
+
+    def save(self: Any, agent: Any, *args: Any, **kwargs: Any) -> Any:
+        if agent.l1_cache.staged and not lost:
+            lost.append(agent.agent_id)
+            for key in stack.redis.scan_iter(match=f"{stack.keys.prefix}:*{agent.agent_id}*"):
+                stack.redis.delete(key)
+        return real(self, agent, *args, **kwargs)
+
+    monkeypatch.setattr(checkpointer, "save_checkpoint", save)
+    co = stack.coordinator.using(market)
+    co.run(aid)
+    assert lost
+    assert "with the writes deferred to it" in caplog.text  # the save said so; recovered
+    assert co.reexecuted == 0 and market.duplicate_calls == 0, market.ledger
+    assert stack.analyses.get(aid).status == "completed"
+    assert _results(stack, aid) == reference
+
+
 def test_default_save_alone_leaves_the_memory_restorable_from_postgresql(
     stack: amber.Stack,
 ) -> None:

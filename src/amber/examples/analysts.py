@@ -74,7 +74,8 @@ class FinancialAnalyst(ExampleAnalyst):
                     "current_ratio": _pct(s["current_assets"] / s["current_liabilities"]),
                     "debt_to_equity": _pct(s["total_debt"] / s["total_equity"]),
                 }
-            self.l1_cache.set("ratio_table", orjson.dumps(ratios))
+            with self.l1_cache.batch(defer=True) as b:  # to Redis with the step's checkpoint
+                b.set("ratio_table", orjson.dumps(ratios))
             return ratios[str(YEARS[-1])]
         latest = self.interim_results["ratio_calculation"]
         if name == "peer_comparison":
@@ -87,7 +88,8 @@ class FinancialAnalyst(ExampleAnalyst):
                     ),
                     "roe_gap": _pct(latest["roe"] - p["roe"]),
                 }
-            self.l1_cache.set("comparison_matrix", orjson.dumps(matrix))
+            with self.l1_cache.batch(defer=True) as b:
+                b.set("comparison_matrix", orjson.dumps(matrix))
             return matrix
         if name == "red_flag_detection":
             ratios = orjson.loads(self.l1_cache.get("ratio_table") or b"{}")
@@ -128,7 +130,8 @@ class StrategyAnalyst(ExampleAnalyst):
                     deals.append({"year": year, **deal})
                 self.l1_cache.set("ma_review:last_year_reviewed", year)
             total = round(sum(d["price"] for d in deals), 3)
-            self.l1_cache.set("ma_review:total_spend", total)
+            with self.l1_cache.batch(defer=True) as b:
+                b.set("ma_review:total_spend", total)
             return {
                 "deals": len(deals),
                 "total_spend": total,
@@ -151,7 +154,8 @@ class StrategyAnalyst(ExampleAnalyst):
                 + 0.3 * (1 if ma < 5 else 0.5)
                 + 0.2 * comp / (len(YEARS) - 1),
             )
-            self.l1_cache.set("capital_allocation_score", round(score, 2))
+            with self.l1_cache.batch(defer=True) as b:
+                b.set("capital_allocation_score", round(score, 2))
             return {"final_score": round(score, 2)}
         raise ValueError(f"unknown subtask {name!r}")
 
@@ -202,7 +206,8 @@ class ValuationAgent(ExampleAnalyst):
             ke = m["risk_free"] + m["beta"] * m["equity_risk_premium"]
             kd = m["pre_tax_cost_of_debt"] * (1 - m["tax_rate"])
             wacc = (equity * ke + debt * kd) / (equity + debt)
-            self.l1_cache.set("wacc", wacc)
+            with self.l1_cache.batch(defer=True) as b:
+                b.set("wacc", wacc)
             return {
                 "wacc": _pct(wacc),
                 "cost_of_equity": _pct(ke),

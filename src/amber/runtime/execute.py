@@ -9,6 +9,7 @@ result; a new one is tried under its retry policy, then recorded by a checkpoint
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -258,17 +259,27 @@ class StepExecutor:
         value = orjson.loads(raw)
         was_pending = agent.complete(key, value)
         agent.step_functions[key] = name
+        seq = agent.checkpoint_seq
         try:
             self.checkpointer.save_checkpoint(agent, key)
         except BaseException:
-            agent.uncomplete(key, was_pending)
+            if agent.checkpoint_seq == seq:  # not recorded: the step is not done
+                agent.uncomplete(key, was_pending)
+                raise
+            # recorded, but its deferred memory writes are not in Redis (MemoryLost,
+            # Fenced): the step is done, and its memory is recovered from that checkpoint
+            with contextlib.suppress(AmberError):  # the save's error is the one to raise
+                self._finished(intent)
             raise
-        if intent is not None and intent.status != "done":
-            self.intents.finish(intent.step_id)
+        self._finished(intent)
         if self.on_progress is not None:
             with self._lock:
                 self.on_progress(agent)
         return value
+
+    def _finished(self, intent: Intent | None) -> None:
+        if intent is not None and intent.status != "done":
+            self.intents.finish(intent.step_id)
 
     # -- reviews -------------------------------------------------------------------------
     def wait_for_review(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 import amber
-from amber.memory import AgentMemory
+from amber.agents import BaseAgent
+from amber.memory import AgentMemory, read_memory, snapshot
 
 BINARY = bytes(range(256))
 
@@ -48,3 +50,48 @@ def insert_checkpoint(stack: amber.Stack, analysis_id: str, agent_type: str, age
             (cid, agent_type, agent_id, analysis_id, datetime.now(UTC), analysis_id, agent_type),
         )
     return cid
+
+
+class Writer(BaseAgent):
+    """An agent of many trivial subtasks, saved one at a time by :func:`save_step`."""
+
+    agent_type = "known_writer"
+    subtasks = tuple(f"s{i}" for i in range(40))
+
+    def run_subtask(self, name: str) -> str:
+        return name
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The agents whose changes a save read back from Redis, in order."""
+    seen: list[str] = []
+    real = snapshot.read_changes
+
+    def counted(client: Any, keys: Any, base: Any, *rest: Any) -> Any:
+        seen.append(base.agent_id)
+        return real(client, keys, base, *rest)
+
+    monkeypatch.setattr(snapshot, "read_changes", counted)
+    yield seen
+
+
+def save_step(stack: amber.Stack, agent: Writer) -> amber.Checkpoint:
+    """Complete the agent's next subtask and checkpoint it."""
+    name = agent.next_subtask()
+    assert name is not None
+    agent.complete(name, name)
+    return stack.checkpointer.save_checkpoint(agent, name)
+
+
+def exact(stack: amber.Stack, agent_id: str) -> None:
+    """The snapshot the last save stored is the memory Redis holds, read whole."""
+    stored = stack.snapshotter.stored(agent_id)
+    whole = read_memory(stack.redis, stack.keys, agent_id)
+    assert stored is not None
+    assert stored.snap.hash == whole.hash and stored.snap.seq == whole.seq
+
+    def values(memory: dict[str, Any]) -> dict[str, Any]:  # an own TTL runs down meanwhile
+        return {n: (e.type, e.value, e.ttl_ms > 0) for n, e in memory.items()}
+
+    assert values(stored.snap.memory) == values(whole.memory)

@@ -9,69 +9,33 @@ and the memory is recovered from that checkpoint, which holds them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import amber
-from amber.agents import BaseAgent
 from amber.engines.later import Pending
 from amber.errors import CheckpointConflict, Fenced, MemoryLost, WrongType
-from amber.memory import AgentMemory, read_memory, snapshot
+from amber.memory import AgentMemory, read_memory
+
+from .conftest import Writer, exact, save_step
 
 
-class Stager(BaseAgent):
-    agent_type = "deferred_writer"
-    subtasks = tuple(f"s{i}" for i in range(20))
-
-    def run_subtask(self, name: str) -> str:
-        return name
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The agents whose changes a save read back from Redis."""
-    seen: list[str] = []
-    real = snapshot.read_changes
-
-    def counted(client: Any, keys: Any, base: Any, *rest: Any) -> Any:
-        seen.append(base.agent_id)
-        return real(client, keys, base, *rest)
-
-    monkeypatch.setattr(snapshot, "read_changes", counted)
-    yield seen
-
-
-def _saved_agent(stack: amber.Stack, uid: Callable[[str], str], guarded: bool = False) -> Stager:
+def _saved_agent(stack: amber.Stack, uid: Callable[[str], str], guarded: bool = False) -> Writer:
     """An agent whose memory holds a=1, b=1 and a list, saved once."""
-    agent = Stager(str(uuid.uuid4()), "AAPL", stack.memory(uid("deferred")))
+    agent = Writer(str(uuid.uuid4()), "AAPL", stack.memory(uid("deferred")))
     mem = agent.l1_cache
     if guarded:
         mem.guard(None)
     with mem.batch() as b:
         b.set("a", 1).set("b", 1).rpush("log", "x")
-    _save(stack, agent)
+    save_step(stack, agent)
     return agent
-
-
-def _save(stack: amber.Stack, agent: Stager) -> amber.Checkpoint:
-    name = agent.next_subtask()
-    assert name is not None
-    agent.complete(name, name)
-    return stack.checkpointer.save_checkpoint(agent, name)
 
 
 def _raw(stack: amber.Stack, mem: AgentMemory, name: str) -> Any:
     return stack.redis.get(mem.key(name))
-
-
-def _exact(stack: amber.Stack, agent_id: str) -> None:
-    """The snapshot the save stored is the memory Redis holds, read whole."""
-    stored = stack.snapshotter.stored(agent_id)
-    whole = read_memory(stack.redis, stack.keys, agent_id)
-    assert stored is not None
-    assert (stored.snap.hash, stored.snap.seq) == (whole.hash, whole.seq)
 
 
 def test_a_deferred_batch_goes_to_redis_with_the_save(
@@ -93,16 +57,16 @@ def test_a_deferred_batch_goes_to_redis_with_the_save(
     assert b.results == []
     assert _raw(stack, mem, "a") == b"1" and mem.staged  # not in Redis yet
     sent.clear()
-    cp = _save(stack, agent)
+    cp = save_step(stack, agent)
     assert sent == [2]  # the staged writes and the copies, in one write to Redis
     assert not mem.staged and reads == []  # built from the staged values, not read back
     assert _raw(stack, mem, "a") == b"two" and _raw(stack, mem, "b") is None
-    _exact(stack, agent.agent_id)
+    exact(stack, agent.agent_id)
     assert cp.l1_snapshot_hash == read_memory(stack.redis, stack.keys, agent.agent_id).hash
     mem.set("a", "three")  # the next writes continue from the staged ones' sequence
-    _save(stack, agent)
+    save_step(stack, agent)
     assert reads == []
-    _exact(stack, agent.agent_id)
+    exact(stack, agent.agent_id)
 
 
 def test_a_read_or_write_applies_the_staged_writes_first(
@@ -120,8 +84,8 @@ def test_a_read_or_write_applies_the_staged_writes_first(
         b.set("d", "1")
     mem.rpush("log", "y")  # a write: the staged one goes first, in order
     assert mem.get("d") == b"1"
-    _save(stack, agent)
-    _exact(stack, agent.agent_id)
+    save_step(stack, agent)
+    exact(stack, agent.agent_id)
 
 
 def test_a_batch_of_other_writes_is_applied_when_its_block_ends(
@@ -148,7 +112,7 @@ def test_a_staged_set_over_another_type_is_refused_by_the_save(
         b.set("a", "two").set("log", "a string")
     seq = agent.checkpoint_seq
     with pytest.raises(WrongType):
-        _save(stack, agent)
+        save_step(stack, agent)
     assert agent.checkpoint_seq == seq and mem.get("a") == b"1"
 
 
@@ -166,9 +130,9 @@ def test_staged_writes_redis_did_not_take_are_recovered_from_the_checkpoint(
     stack.redis.delete(*(mem.key(n) for n in ("a", "b", "log")), k.l1_index(aid),
                        k.l1_seq(aid), k.l1_epoch(aid))  # fmt: skip
     with pytest.raises(MemoryLost, match="is in PostgreSQL with the writes deferred to it"):
-        _save(stack, agent)
-    assert stack.checkpointer.heads(agent.analysis_id) == {Stager.agent_type: agent.checkpoint_seq}
-    report = stack.recovery.recover_agent_state(aid, agent.analysis_id, Stager.agent_type)
+        save_step(stack, agent)
+    assert stack.checkpointer.heads(agent.analysis_id) == {Writer.agent_type: agent.checkpoint_seq}
+    report = stack.recovery.recover_agent_state(aid, agent.analysis_id, Writer.agent_type)
     assert report.verified and report.path != "l1_existing"
     restored = read_memory(stack.redis, k, aid).memory
     assert restored["a"].value == b"two" and "b" not in restored
@@ -186,11 +150,11 @@ def test_another_objects_write_before_the_staged_ones_is_in_the_next_save(
     with mem.batch(defer=True) as b:
         b.set("a", "two")
     stack.memory(agent.agent_id).set("z", "another's")
-    _save(stack, agent)
+    save_step(stack, agent)
     assert _raw(stack, mem, "a") == b"two" and _raw(stack, mem, "z") == b"another's"
     assert stack.snapshotter.stored(agent.agent_id) is None  # the next save reads Redis
-    _save(stack, agent)
-    _exact(stack, agent.agent_id)
+    save_step(stack, agent)
+    exact(stack, agent.agent_id)
     assert "z" in stack.snapshotter.stored(agent.agent_id).snap.memory  # type: ignore[union-attr]
 
 
@@ -207,16 +171,16 @@ def test_a_save_that_fails_to_commit_keeps_the_staged_writes(
     monkeypatch.setattr(Pending, "send_all", classmethod(lambda cls, client, commands: None))
     agent.checkpoint_seq = seq - 1  # a stale writer: the insert is refused
     with pytest.raises(CheckpointConflict):
-        _save(stack, agent)
+        save_step(stack, agent)
     assert mem.staged and _raw(stack, mem, "a") == b"1"
     monkeypatch.undo()
     with pytest.raises(CheckpointConflict):
-        _save(stack, agent)  # now Redis takes them, PostgreSQL still refuses
+        save_step(stack, agent)  # now Redis takes them, PostgreSQL still refuses
     assert not mem.staged and _raw(stack, mem, "a") == b"two"
     agent.checkpoint_seq = seq
-    cp = _save(stack, agent)
+    cp = save_step(stack, agent)
     assert cp.seq == seq + 1
-    _exact(stack, agent.agent_id)
+    exact(stack, agent.agent_id)
 
 
 def test_staged_writes_a_later_run_fenced_off_make_the_save_say_so(
@@ -229,7 +193,7 @@ def test_staged_writes_a_later_run_fenced_off_make_the_save_say_so(
         b.set("a", "two")
     stack.redis.set(stack.keys.l1_fence(agent.agent_id), 2)  # a later run took it over
     with pytest.raises(Fenced, match="deferred memory writes"):
-        _save(stack, agent)
+        save_step(stack, agent)
     assert _raw(stack, mem, "a") == b"1"
 
 
@@ -243,7 +207,7 @@ def test_recovering_the_memory_drops_the_staged_writes(
     with mem.batch(defer=True) as b:
         b.set("a", "from a failed step")
     report = stack.recovery.recover_agent_state(
-        agent.agent_id, agent.analysis_id, Stager.agent_type
+        agent.agent_id, agent.analysis_id, Writer.agent_type
     )
     mem.guard(report.epoch)
     assert not mem.staged and mem.get("a") == b"1"

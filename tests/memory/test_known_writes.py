@@ -8,62 +8,21 @@ never trusted, only proven.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import amber
-from amber.agents import BaseAgent
 from amber.errors import WrongType
-from amber.memory import AgentMemory, read_memory, snapshot
+from amber.memory import AgentMemory, read_memory
 
-
-class Writer(BaseAgent):
-    agent_type = "known_writer"
-    subtasks = tuple(f"s{i}" for i in range(40))
-
-    def run_subtask(self, name: str) -> str:
-        return name
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The agents whose changes a save read back from Redis, in order."""
-    seen: list[str] = []
-    real = snapshot.read_changes
-
-    def counted(client: Any, keys: Any, base: Any, *rest: Any) -> Any:
-        seen.append(base.agent_id)
-        return real(client, keys, base, *rest)
-
-    monkeypatch.setattr(snapshot, "read_changes", counted)
-    yield seen
+from .conftest import Writer, exact, save_step
 
 
 def _agent(stack: amber.Stack, uid: Callable[[str], str]) -> Writer:
     return Writer(str(uuid.uuid4()), "AAPL", stack.memory(uid("known")))
-
-
-def _save(stack: amber.Stack, agent: Writer) -> None:
-    name = agent.next_subtask()
-    assert name is not None
-    agent.complete(name, name)
-    stack.checkpointer.save_checkpoint(agent, name)
-
-
-def _exact(stack: amber.Stack, agent_id: str) -> None:
-    stored = stack.snapshotter.stored(agent_id)
-    whole = read_memory(stack.redis, stack.keys, agent_id)
-    assert stored is not None
-    assert stored.snap.hash == whole.hash and stored.snap.seq == whole.seq
-
-    def values(memory: dict[str, Any]) -> dict[str, Any]:  # an own TTL runs down meanwhile
-        return {n: (e.type, e.value, e.ttl_ms > 0) for n, e in memory.items()}
-
-    assert values(stored.snap.memory) == values(whole.memory)
 
 
 def test_sets_and_deletes_are_saved_without_reading_them_back(
@@ -74,15 +33,15 @@ def test_sets_and_deletes_are_saved_without_reading_them_back(
     with mem.batch() as b:
         for i in range(50):
             b.set(f"k{i}", i)
-    _save(stack, agent)  # the first save reads the memory whole
+    save_step(stack, agent)  # the first save reads the memory whole
     reads.clear()
     with mem.batch() as b:
         b.set("k1", "one").delete("k2").set("new", b"\xff\x00")
     mem.set("k3", 3.5)
     mem.delete("k4", "never-there")
-    _save(stack, agent)
+    save_step(stack, agent)
     assert reads == []
-    _exact(stack, agent.agent_id)
+    exact(stack, agent.agent_id)
     report = stack.checkpointer.restore_checkpoint(agent.analysis_id, Writer.agent_type)
     assert report.checkpoint.l1_snapshot_hash == stack.snapshotter.stored(agent.agent_id).snap.hash  # type: ignore[union-attr]
 
@@ -108,11 +67,11 @@ def test_another_objects_write_after_the_agents_last_is_in_the_next_save(
     agent = _agent(stack, uid)
     mem = agent.l1_cache
     mem.set("a", 1)
-    _save(stack, agent)
+    save_step(stack, agent)
     mem.set("a", 2)
     late = stack.memory(agent.agent_id)
     late.set("b", "late")
-    _save(stack, agent)
+    save_step(stack, agent)
     stored = stack.snapshotter.stored(agent.agent_id)
     assert stored is not None and "b" not in stored.snap.memory
     assert stored.snap.memory["a"].value == b"2"
@@ -130,16 +89,16 @@ def _saved(
     """An agent whose memory ``first`` wrote to, saved once (its reads forgotten)."""
     agent = _agent(stack, uid)
     first(agent.l1_cache)
-    _save(stack, agent)
+    save_step(stack, agent)
     reads.clear()
     return agent
 
 
 def _saved_by_reading(stack: amber.Stack, agent: Writer, reads: list[str]) -> None:
     """Save: the save read the changes from Redis, and stored what Redis holds."""
-    _save(stack, agent)
+    save_step(stack, agent)
     assert reads == [agent.agent_id]
-    _exact(stack, agent.agent_id)
+    exact(stack, agent.agent_id)
 
 
 def _a_list(mem: AgentMemory) -> object:
@@ -166,9 +125,9 @@ def test_a_refused_batch_leaves_nothing_assumed(
     mem.set("x", 1)
     with pytest.raises(WrongType), mem.batch() as b:
         b.set("y", 2).set("log", "not a list")
-    _save(stack, agent)
+    save_step(stack, agent)
     assert reads == [agent.agent_id]  # a failed call spoils what the process knows
-    _exact(stack, agent.agent_id)
+    exact(stack, agent.agent_id)
     assert "y" not in stack.snapshotter.stored(agent.agent_id).snap.memory  # type: ignore[union-attr]
 
 
@@ -181,14 +140,14 @@ def test_a_memory_redis_lost_after_the_writes_is_saved_as_written(
     mem = agent.l1_cache
     with mem.batch() as b:
         b.set("a", "1").set("b", "2")
-    _save(stack, agent)
+    save_step(stack, agent)
     mem.set("a", "changed")
     k = stack.keys
     aid = agent.agent_id
     stack.redis.delete(
         *(mem.key(n) for n in ("a", "b")), k.l1_index(aid), k.l1_seq(aid), k.l1_epoch(aid)
     )
-    _save(stack, agent)
+    save_step(stack, agent)
     report = stack.recovery.recover_agent_state(aid, agent.analysis_id, Writer.agent_type)
     assert report.verified
     restored = read_memory(stack.redis, k, aid).memory
@@ -258,10 +217,10 @@ def test_every_save_stores_the_memory_redis_holds(
                 mem.set(name, "s")
                 with pytest.raises(WrongType), mem.batch() as b:
                     b.set("k-new", 1).rpush(name, "x")
-        _save(stack, agent)
+        save_step(stack, agent)
         if stack.snapshotter.stored(agent.agent_id) is None:  # the next save reads Redis
-            _save(stack, agent)
-        _exact(stack, agent.agent_id)
+            save_step(stack, agent)
+        exact(stack, agent.agent_id)
 
 
 def test_an_object_written_to_at_length_without_a_save_keeps_no_copy(

@@ -16,8 +16,8 @@ import pytest
 
 import amber
 from amber.engines.later import Pending
-from amber.errors import CheckpointConflict, Fenced, MemoryLost, WrongType
-from amber.memory import AgentMemory, read_memory
+from amber.errors import CheckpointConflict, Fenced, MemoryLost, StoreUnavailable, WrongType
+from amber.memory import AgentMemory, known, read_memory
 
 from .conftest import Writer, exact, save_step
 
@@ -158,29 +158,70 @@ def test_another_objects_write_before_the_staged_ones_is_in_the_next_save(
     assert "z" in stack.snapshotter.stored(agent.agent_id).snap.memory  # type: ignore[union-attr]
 
 
-def test_a_save_that_fails_to_commit_keeps_the_staged_writes(
+def test_staged_writes_the_save_cannot_keep_in_hand_go_first_the_ordinary_way(
     stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Neither PostgreSQL nor Redis took them: they stay staged, and the next read sees
-    them; when Redis took them, they are in Redis, and the next save stores them."""
+    """More was written than a memory object keeps for its save (``known.MAX_BYTES``):
+    the snapshot must be read from Redis, which does not hold the staged writes yet, so
+    they are applied first and the memory read whole. The checkpoint holds them."""
+    agent = _saved_agent(stack, uid)
+    mem = agent.l1_cache
+    monkeypatch.setattr(known, "MAX_BYTES", 8)
+    with mem.batch(defer=True) as b:
+        b.set("a", "more than eight bytes")
+    cp = save_step(stack, agent)
+    assert not mem.staged and _raw(stack, mem, "a") == b"more than eight bytes"
+    exact(stack, agent.agent_id)
+    assert cp.l1_snapshot_hash == read_memory(stack.redis, stack.keys, agent.agent_id).hash
+
+
+def test_a_save_that_fails_keeps_the_staged_writes_redis_did_not_take(
+    stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis could not be reached: the save fails before committing, and the writes stay
+    staged. PostgreSQL refuses the insert after Redis took them: they are in Redis, not
+    staged again, and the connection that carried them went back to its pool once."""
     agent = _saved_agent(stack, uid)
     mem = agent.l1_cache
     seq = agent.checkpoint_seq
     with mem.batch(defer=True) as b:
         b.set("a", "two")
     monkeypatch.setattr(Pending, "send_all", classmethod(lambda cls, client, commands: None))
+    with pytest.raises(StoreUnavailable, match="deferred memory writes"):
+        save_step(stack, agent)
+    assert agent.checkpoint_seq == seq and mem.staged and _raw(stack, mem, "a") == b"1"
+    monkeypatch.undo()
     agent.checkpoint_seq = seq - 1  # a stale writer: the insert is refused
     with pytest.raises(CheckpointConflict):
         save_step(stack, agent)
-    assert mem.staged and _raw(stack, mem, "a") == b"1"
-    monkeypatch.undo()
-    with pytest.raises(CheckpointConflict):
-        save_step(stack, agent)  # now Redis takes them, PostgreSQL still refuses
     assert not mem.staged and _raw(stack, mem, "a") == b"two"
+    idle = stack.redis.connection_pool._available_connections  # type: ignore[attr-defined]
+    assert len(idle) == len({id(c) for c in idle})
     agent.checkpoint_seq = seq
     cp = save_step(stack, agent)
     assert cp.seq == seq + 1
     exact(stack, agent.agent_id)
+
+
+def test_a_refused_send_after_a_failed_commit_stays_staged(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """PostgreSQL refuses the insert and Redis refuses the writes (a later run's fence):
+    the writes were not applied, so they stay this object's, and the next write meets
+    the same refusal rather than losing them silently."""
+    agent = _saved_agent(stack, uid)
+    mem = agent.l1_cache
+    mem.fence(1)
+    with mem.batch(defer=True) as b:
+        b.set("a", "two")
+    stack.redis.set(stack.keys.l1_fence(agent.agent_id), 2)
+    agent.checkpoint_seq -= 1
+    with pytest.raises(CheckpointConflict):
+        save_step(stack, agent)
+    assert mem.staged
+    with pytest.raises(Fenced):
+        mem.set("b", "x")
+    assert _raw(stack, mem, "a") == b"1"
 
 
 def test_staged_writes_a_later_run_fenced_off_make_the_save_say_so(

@@ -13,6 +13,7 @@ snapshot goes into the same PostgreSQL row.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -110,12 +111,8 @@ class L1Row:
     """Deltas since the last whole snapshot, this one included."""
 
 
-def _string_or_absent(op: list[Any], known: dict[str, bytes | None], snap: Snapshot) -> bool:
-    """Whether a staged write leaves its key a string or absent without a type error."""
-    if op[0] != "SET" or op[1] in known:
-        return True
-    entry = snap.memory.get(op[1])
-    return entry is None or entry.type == "string"
+def _unsent() -> Any:
+    raise redis.ConnectionError("Redis could not be reached")
 
 
 class AgentCheckpointer(CheckpointReads):
@@ -167,18 +164,110 @@ class AgentCheckpointer(CheckpointReads):
         # the snapshot stays this store's own (never handed out), so the next save may
         # take over its maps: see L1CacheSnapshotter.advance
         stored = self.snapshotter.stored(agent.agent_id)
-        staged = self._staged(mem, stored)
+        sendable = getattr(self.redis, "connection_pool", None) is not None
+        staged = Staged.take(mem, stored.snap if stored is not None else None, sendable)
         written = set(mem.written)
-        known = mem.take_known()
-        if staged is not None:  # Redis applies them at the next sequence: see _staged
-            known.note(staged.seq, staged.epoch.encode(), batch_sets(staged.ops))
-        snap = self._unchanged(agent, written, stored)
+        snap = self._unchanged(agent, written, stored)  # None when anything is staged
         unchanged = snap is not None
         private = snap is None or (stored is not None and stored.private)
         if snap is None:
+            snap, staged = self._advance(agent, written, staged)
+        try:
+            self._check_memory(agent, snap)
+            cp = self._record(agent, snap, subtask_completed, failure_reason, error_details)
+            raw = cp.encode()
+            packed = codec.pack(raw)
+            dual = (
+                self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
+            )
+            l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
+            quiet = not dual and unchanged and not snap.memory and len(raw) <= QUIET_MAX_BYTES
+            copies: tuple[SnapshotMeta, Sealed] | None = None
+            pending = None
+            if not quiet:
+                backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, packed), cp.seq,
+                          self.backup_ttl_ms)  # fmt: skip
+                copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
+                # the Redis copies go out first and are read back after the commit: one
+                # round trip each, overlapped. Restore trusts a copy only at PostgreSQL's
+                # newest sequence, so a copy of a checkpoint that then fails to commit is
+                # never used.
+                pending = self._send_cache(snap, *copies, staged=staged)
+                if pending is None and staged is not None:
+                    raise StoreUnavailable(
+                        "Redis could not be reached to write the deferred memory writes",
+                        agent_id=agent.agent_id,
+                    )
+        except BaseException:
+            if staged is not None:  # nothing sent: still this object's to apply
+                mem.staged = staged.ops + mem.staged
+            raise
+        try:
+            agent.run_status = self._commit(cp, raw, packed, snap, l1)
+        except BaseException:
+            if pending is not None:
+                got = pending.replies()
+                if staged is not None and not isinstance(staged.again(got[0]), list):
+                    mem.staged = staged.ops + mem.staged  # not applied: sent again later
+            raise
+        replies = pending.replies() if staged is not None and pending is not None else None
+        agent.checkpoint_seq = cp.seq
+        agent.checkpoint_l1_keys = len(snap.memory)
+        agent.checkpoint_l1 = MemoryMark(snap.seq, snap.hash, snap.epoch)
+        mem.written -= written
+        if staged is not None and replies is not None:
+            replies[0] = staged.again(replies[0])
+            if not staged.applied(replies[0]):
+                self._not_applied(cp, mem, snap, copies, staged, replies)
+                observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
+                return cp
+        self.snapshotter.remember(
+            snap, cp.seq if l1 else None, l1.chain if l1 else 0, private=private
+        )
+        if dual and self.journal is not None:
+            self._compact_log(cp)
+        if replies is not None:
+            self._cache(cp, snap, copies, lambda: replies[1])
+        else:
+            self._cache(cp, snap, copies, pending.reply if pending is not None else _unsent)
+        observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
+        return cp
+
+    def _advance(
+        self, agent: Checkpointable, written: set[str], staged: Staged | None
+    ) -> tuple[Snapshot, Staged | None]:
+        """The agent's memory as this save stores it, and the staged writes still to send
+        with it. With staged writes, their values on the stored snapshot; when the
+        snapshot had to be read from Redis after all (the stored one was let go between,
+        or too much was written to keep), Redis does not hold them yet: they are applied
+        now, the ordinary way, and the memory read whole."""
+        mem = agent.l1_cache
+        known = mem.take_known()
+        try:
+            if staged is not None:  # Redis applies them at the next sequence: Staged.take
+                known.note(staged.seq, staged.epoch.encode(), batch_sets(staged.ops))
             snap = self.snapshotter.advance(agent.agent_id, hint=written, known=known)
-        self._check_memory(agent, snap)
-        cp = Checkpoint(
+        except BaseException:
+            if staged is not None:  # nothing sent: still the memory object's to apply
+                mem.staged = staged.ops + mem.staged
+            raise
+        if staged is None or (snap.seq, snap.epoch) == (staged.seq, staged.epoch):
+            return snap, staged
+        mem.staged = staged.ops + mem.staged
+        mem.flush()
+        mem.known.spoil()
+        return self.snapshotter.advance(agent.agent_id, hint=written), None
+
+    def _record(
+        self,
+        agent: Checkpointable,
+        snap: Snapshot,
+        subtask_completed: str | None,
+        failure_reason: str | None,
+        error_details: dict[str, Any] | None,
+    ) -> Checkpoint:
+        """The checkpoint after the agent's newest one, with ``snap`` as its memory."""
+        return Checkpoint(
             checkpoint_id=str(uuid.uuid4()),
             analysis_id=check_uuid(agent.analysis_id),
             stock_ticker=agent.stock_ticker,
@@ -204,98 +293,28 @@ class AgentCheckpointer(CheckpointReads):
             writer=agent.runner,
             extra={"subtask_completed": subtask_completed},
         )
-        raw = cp.encode()
-        packed = codec.pack(raw)
-        dual = self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
-        l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
-        quiet = not dual and unchanged and not snap.memory and len(raw) <= QUIET_MAX_BYTES
-        copies: tuple[SnapshotMeta, Sealed] | None = None
-        pending = None
-        if not quiet:
-            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, packed), cp.seq,
-                      self.backup_ttl_ms)  # fmt: skip
-            copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
-            # the Redis copies go out first and are read back after the commit: one round
-            # trip each, overlapped. Restore trusts a copy only at PostgreSQL's newest
-            # sequence, so a copy of a checkpoint that then fails to commit is never used.
-            pending = self._send_cache(snap, *copies, staged=staged)
-        try:
-            agent.run_status = self._commit(cp, raw, packed, snap, l1)
-        except BaseException:
-            if staged is not None and not staged.applied(self._drain_all(pending)[0]):
-                mem.staged = staged.ops + mem.staged  # sets and deletes: safe to send again
-            elif pending is not None:
-                self._drain_all(pending)
-            raise
-        replies: list[Any] | None = None
-        if staged is not None:
-            replies = self._drain_all(pending)
-            replies[0] = staged.again(replies[0])
-        agent.checkpoint_seq = cp.seq
-        agent.checkpoint_l1_keys = len(snap.memory)
-        agent.checkpoint_l1 = MemoryMark(snap.seq, snap.hash, snap.epoch)
-        mem.written -= written
-        if staged is not None and replies is not None and not staged.applied(replies[0]):
-            self._cache(cp, snap, copies, lambda: replies[1])
-            if not staged.overtaken(replies[0]):
-                raise self._not_taken(cp, mem, staged, replies[0])
-            # another object wrote first: the next save reads what Redis holds
-            self.snapshotter.forget(cp.agent_id)
-            mem.known.spoil()
-            observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
-            return cp
-        self.snapshotter.remember(
-            snap, cp.seq if l1 else None, l1.chain if l1 else 0, private=private
-        )
-        if dual and self.journal is not None:
-            self._compact_log(cp)
-        if replies is not None:
-            self._cache(cp, snap, copies, lambda: replies[1])
-        else:
-            self._cache(cp, snap, copies, lambda: self._drain(pending))
-        observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
-        return cp
 
-    def _staged(self, mem: AgentMemory, stored: Stored | None) -> Staged | None:
-        """The writes deferred to this save (``batch(defer=True)``), to go to Redis with its
-        copies while PostgreSQL commits the memory they make, when that memory is provable
-        without a read: this process stored the snapshot they apply to, the writes noted
-        since continue its sequence, and no key they set holds another type. Redis then
-        applies them at the next sequence. Otherwise they are applied now, and the save
-        goes on as after any write (None)."""
-        ops, mem.staged = mem.staged, []
-        if not ops:
-            return None
-        known, snap = mem.known, stored.snap if stored is not None else None
-        if (
-            snap is not None
-            and snap.epoch is not None
-            and getattr(self.redis, "connection_pool", None) is not None
-            and known.enabled
-            and known.sound
-            and (known.proves(snap) if known.count else not snap.owned)
-            and (not mem.guarded or mem.epoch == snap.epoch)
-            and all(_string_or_absent(op, known.values, snap) for op in ops)
-        ):
-            return Staged(ops, (known.last if known.count else snap.seq) + 1, snap.epoch, mem)
-        mem.staged = ops
-        mem.flush()
-        return None
-
-    def _not_taken(self, cp: Checkpoint, mem: AgentMemory, staged: Staged, reply: Any) -> Exception:
-        """The error of a save that committed but whose deferred writes Redis did not take
-        as planned: working memory is not the checkpoint's, and is recovered from it."""
+    def _not_applied(
+        self,
+        cp: Checkpoint,
+        mem: AgentMemory,
+        snap: Snapshot,
+        copies: tuple[SnapshotMeta, Sealed] | None,
+        staged: Staged,
+        replies: list[Any],
+    ) -> None:
+        """After a commit whose deferred writes Redis did not take as planned. Applied
+        later in the same epoch (another object's write came first): nothing is lost, and
+        the next save reads what Redis holds. Otherwise working memory is not the
+        checkpoint's: ``MemoryLost`` (or ``Fenced``) says so, and the memory is recovered
+        from that checkpoint, which holds the writes."""
         self.snapshotter.forget(cp.agent_id)
         mem.known.spoil()
-        if isinstance(reply, redis.ResponseError) and str(reply).startswith(scripts.FENCED):
-            return fenced(cp.analysis_id, str(cp.writer), "write its deferred memory writes")
-        return MemoryLost(
-            f"checkpoint {cp.seq} is in PostgreSQL with the writes deferred to it, but Redis"
-            f" did not take them ({staged.why(reply)}); recover the memory from it",
-            agent_id=cp.agent_id,
-            analysis_id=cp.analysis_id,
-            checkpoint_id=cp.checkpoint_id,
-        )
+        with contextlib.suppress(StoreUnavailable):  # copies: a cache; the error is below
+            self._cache(cp, snap, copies, lambda: replies[1])
+        error = staged.error(replies[0], cp.seq, cp.checkpoint_id, cp.analysis_id, cp.writer)
+        if error is not None:
+            raise error
 
     def _unchanged(
         self, agent: Checkpointable, written: set[str], stored: Stored | None
@@ -421,25 +440,6 @@ class AgentCheckpointer(CheckpointReads):
             return Pending.send(self.redis, *cache)
         head, bkeys, bargs = staged.mem.batch_call(staged.ops)
         return Pending.send_all(self.redis, [(*head, *bkeys, *bargs), cache])
-
-    @staticmethod
-    def _drain_all(pending: Pending | None) -> list[Any]:
-        """Every reply of ``pending``; a reply that could not be read is the error that
-        kept it (nothing sent, a lost connection)."""
-        if pending is None:
-            return [redis.ConnectionError("Redis could not be reached")] * 2
-        try:
-            return pending.replies()
-        except (redis.RedisError, OSError) as exc:
-            return [exc] * pending.count
-
-    @staticmethod
-    def _drain(pending: Pending | None) -> Any:
-        """The reply of a script sent by :meth:`_send_cache` (a cluster client's, or one
-        that could not be sent: ``redis.ConnectionError``, and the copies go again)."""
-        if pending is None:
-            raise redis.ConnectionError("Redis could not be reached")
-        return pending.reply()
 
     def _cache(
         self,

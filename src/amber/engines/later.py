@@ -24,6 +24,7 @@ class Pending:
         self.conn = conn
         self.count = count
         self.pid = os.getpid()
+        self.done = False
 
     @classmethod
     def send(cls, client: redis.Redis, *command: Any) -> Pending | None:
@@ -51,25 +52,39 @@ class Pending:
         return cls(pool, conn, len(commands))
 
     def reply(self) -> Any:
-        """The reply of the one command sent (see :meth:`replies`)."""
-        return self.replies()[0]
+        """The reply of the one command sent (see :meth:`replies`); a lost connection
+        raises."""
+        got = self.replies()[0]
+        if isinstance(got, redis.ConnectionError | redis.TimeoutError | OSError):
+            raise got
+        return got
 
     def replies(self) -> list[Any]:
-        """Every reply, a ``redis.ResponseError`` returned rather than raised; a lost
-        connection raises. The connection goes back to its pool either way. In a forked
-        child the parent's replies are not ours to read: ``redis.ConnectionError``."""
+        """Every reply, in order, read once: a ``redis.ResponseError`` stands in the list
+        rather than being raised, and so does the error that lost the connection, for the
+        reply it lost and every one after it (each read before it is kept). The
+        connection goes back to its pool (disconnected when lost) either way. In a forked
+        child the parent's replies are not ours to read: each is ``redis.ConnectionError``."""
+        if self.done:
+            raise RuntimeError("these replies were read already")
+        self.done = True
         if self.pid != os.getpid():
-            raise redis.ConnectionError("a reply sent before fork is not this process's")
+            return [redis.ConnectionError("a reply sent before fork is not this process's")] * (
+                self.count
+            )
         out: list[Any] = []
         try:
-            for _ in range(self.count):
+            while len(out) < self.count:
                 try:
                     out.append(self.conn.read_response())
                 except redis.ResponseError as exc:
                     out.append(exc)
-            return out
+        except (redis.RedisError, OSError) as exc:
+            self.conn.disconnect()  # type: ignore[no-untyped-call]
+            out += [exc] * (self.count - len(out))
         except BaseException:
             self.conn.disconnect()  # type: ignore[no-untyped-call]
             raise
         finally:
             self.pool.release(self.conn)
+        return out

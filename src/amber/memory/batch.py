@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from amber.codec import RedisType
-from amber.errors import InvalidValue
+from amber.errors import AmberError, InvalidValue, MemoryLost, fenced
+from amber.memory import scripts
 from amber.memory.known import batch_sets
 
 if TYPE_CHECKING:
     from amber.memory.reading import Scalar
+    from amber.memory.snapshot_model import Snapshot
     from amber.memory.working import AgentMemory
 
 COMMAND_TYPES: dict[str, RedisType] = {
@@ -124,6 +126,14 @@ class Batch:
         return self
 
 
+def _string_or_absent(op: list[Any], known: dict[str, bytes | None], snap: Snapshot) -> bool:
+    """Whether a staged write leaves its key a string or absent without a type error."""
+    if op[0] != "SET" or op[1] in known:
+        return True
+    entry = snap.memory.get(op[1])
+    return entry is None or entry.type == "string"
+
+
 @dataclass(frozen=True)
 class Staged:
     """Deferred writes a save sends with its Redis copies, and what Redis must answer."""
@@ -133,6 +143,54 @@ class Staged:
     """The sequence Redis must give them: the one after the memory's last."""
     epoch: str
     mem: AgentMemory
+
+    @classmethod
+    def take(cls, mem: AgentMemory, base: Snapshot | None, sendable: bool) -> Staged | None:
+        """The writes deferred to a save (``batch(defer=True)``), taken from ``mem`` to go
+        to Redis with the save's copies, when the memory they make is provable without a
+        read: ``base`` is the snapshot the save's process stored, the writes noted since
+        continue its sequence, no key they set holds another type, and the client can
+        send them on a connection of its own (``sendable``). Redis then applies them at
+        the next sequence. Otherwise they are applied now, and the save goes on as after
+        any write (None)."""
+        ops, mem.staged = mem.staged, []
+        if not ops:
+            return None
+        known = mem.known
+        if (
+            base is not None
+            and base.epoch is not None
+            and sendable
+            and known.enabled
+            and known.sound
+            and (known.proves(base) if known.count else not base.owned)
+            and (not mem.guarded or mem.epoch == base.epoch)
+            and all(_string_or_absent(op, known.values, base) for op in ops)
+        ):
+            return cls(ops, (known.last if known.count else base.seq) + 1, base.epoch, mem)
+        mem.staged = ops
+        mem.flush()
+        return None
+
+    def error(
+        self, reply: Any, seq: int, checkpoint_id: str, analysis_id: str, writer: str | None
+    ) -> AmberError | None:
+        """What a save that committed checkpoint ``seq`` raises when Redis answered
+        ``reply`` (not applied as planned): None when Redis applied the writes later in
+        the same epoch (another object's write came first: nothing lost); ``Fenced`` when
+        a later run took the memory over; else ``MemoryLost``: working memory is not the
+        checkpoint's, and is recovered from it, which holds the writes."""
+        if self.overtaken(reply):
+            return None
+        if isinstance(reply, redis.ResponseError) and str(reply).startswith(scripts.FENCED):
+            return fenced(analysis_id, str(writer), "write its deferred memory writes")
+        return MemoryLost(
+            f"checkpoint {seq} is in PostgreSQL with the writes deferred to it, but Redis"
+            f" did not take them ({self.why(reply)}); recover the memory from it",
+            agent_id=self.mem.agent_id,
+            analysis_id=analysis_id,
+            checkpoint_id=checkpoint_id,
+        )
 
     def applied(self, reply: Any) -> bool:
         """Whether the batch script's reply says Redis applied them as planned."""

@@ -21,6 +21,7 @@ from amber.codec import REDIS_TYPES
 from amber.errors import (
     Fenced,
     InvalidValue,
+    StoreUnavailable,
     WrongType,
 )
 from amber.keys import Keys, check_id, check_key, check_utf8
@@ -120,10 +121,17 @@ class AgentMemory(MemoryReads):
         return expected if self.token is None else f"{expected}\n{self.token}"
 
     def flush(self) -> None:
-        """Apply the staged writes of deferred batches now, if there are any."""
+        """Apply the staged writes of deferred batches now, if there are any. Refused
+        (``WrongType``, ``Fenced``, ``MemoryLost``), they are dropped, as a refused batch
+        is; when Redis could not be reached they stay staged (sets and deletes: sending
+        them again leaves what sending them once does)."""
         if self.staged:
             ops, self.staged = self.staged, []
-            self._apply_batch(ops, None)
+            try:
+                self._apply_batch(ops, None)
+            except StoreUnavailable:
+                self.staged = ops + self.staged
+                raise
 
     def take_known(self) -> KnownWrites:
         """The writes noted since the last call, and a fresh log for those to come."""

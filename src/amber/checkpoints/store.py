@@ -172,6 +172,8 @@ class AgentCheckpointer(CheckpointReads):
         private = snap is None or (stored is not None and stored.private)
         if snap is None:
             snap, staged = self._advance(agent, written, staged)
+        else:
+            mem.take_known()  # nothing written since the stored snapshot: a fresh log
         try:
             self._check_memory(agent, snap)
             cp = self._record(agent, snap, subtask_completed, failure_reason, error_details)

@@ -175,6 +175,22 @@ def test_staged_writes_the_save_cannot_keep_in_hand_go_first_the_ordinary_way(
     assert cp.l1_snapshot_hash == read_memory(stack.redis, stack.keys, agent.agent_id).hash
 
 
+def test_a_snapshot_read_at_the_staged_sequence_is_not_taken_for_theirs(
+    stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, when another object's one write brought Redis to the very sequence the
+    staged writes were to take: the snapshot read is not theirs, whatever its sequence."""
+    agent = _saved_agent(stack, uid)
+    mem = agent.l1_cache
+    with mem.batch(defer=True) as b:
+        b.set("b", "more than eight bytes")
+    stack.memory(agent.agent_id).set("z", "another's")
+    monkeypatch.setattr(known, "MAX_BYTES", 8)
+    cp = save_step(stack, agent)
+    whole = read_memory(stack.redis, stack.keys, agent.agent_id)
+    assert cp.l1_snapshot_hash == whole.hash and whole.memory["b"].value == b"more than eight bytes"
+
+
 def test_a_save_that_fails_keeps_the_staged_writes_redis_did_not_take(
     stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

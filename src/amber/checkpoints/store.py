@@ -164,7 +164,7 @@ class AgentCheckpointer(CheckpointReads):
         # the snapshot stays this store's own (never handed out), so the next save may
         # take over its maps: see L1CacheSnapshotter.advance
         stored = self.snapshotter.stored(agent.agent_id)
-        sendable = getattr(self.redis, "connection_pool", None) is not None
+        sendable = mem.redis is self.redis and hasattr(self.redis, "connection_pool")
         staged = Staged.take(mem, stored.snap if stored is not None else None, sendable)
         written = set(mem.written)
         snap = self._unchanged(agent, written, stored)  # None when anything is staged
@@ -212,11 +212,11 @@ class AgentCheckpointer(CheckpointReads):
                 if staged is not None and not isinstance(staged.again(got[0]), list):
                     mem.staged = staged.ops + mem.staged  # not applied: sent again later
             raise
-        replies = pending.replies() if staged is not None and pending is not None else None
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
         agent.checkpoint_l1 = MemoryMark(snap.seq, snap.hash, snap.epoch)
         mem.written -= written
+        replies = pending.replies() if pending is not None else None
         if staged is not None and replies is not None:
             replies[0] = staged.again(replies[0])
             if not staged.applied(replies[0]):
@@ -228,10 +228,7 @@ class AgentCheckpointer(CheckpointReads):
         )
         if dual and self.journal is not None:
             self._compact_log(cp)
-        if replies is not None:
-            self._cache(cp, snap, copies, lambda: replies[1])
-        else:
-            self._cache(cp, snap, copies, pending.reply if pending is not None else _unsent)
+        self._cache(cp, snap, copies, (lambda: replies[-1]) if replies else _unsent)
         observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
         return cp
 
@@ -253,7 +250,7 @@ class AgentCheckpointer(CheckpointReads):
             if staged is not None:  # nothing sent: still the memory object's to apply
                 mem.staged = staged.ops + mem.staged
             raise
-        if staged is None or (snap.seq, snap.epoch) == (staged.seq, staged.epoch):
+        if staged is None or staged.held_by(snap):
             return snap, staged
         mem.staged = staged.ops + mem.staged
         mem.flush()

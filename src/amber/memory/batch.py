@@ -192,6 +192,20 @@ class Staged:
             checkpoint_id=checkpoint_id,
         )
 
+    def held_by(self, snap: Snapshot) -> bool:
+        """Whether ``snap`` is the memory with these writes applied at their sequence: its
+        sequence and epoch theirs, and every key they set or delete as they leave it (a
+        snapshot that had to be read from Redis before they were sent is not)."""
+        if (snap.seq, snap.epoch) != (self.seq, self.epoch):
+            return False
+        for name, value in dict(batch_sets(self.ops) or []).items():
+            entry = snap.memory.get(name)
+            if (entry is None) != (value is None):
+                return False
+            if entry is not None and (entry.type, entry.value) != ("string", value):
+                return False
+        return True
+
     def applied(self, reply: Any) -> bool:
         """Whether the batch script's reply says Redis applied them as planned."""
         return (

@@ -19,7 +19,15 @@ from amber.engines.later import Pending
 from amber.errors import CheckpointConflict, Fenced, MemoryLost, StoreUnavailable, WrongType
 from amber.memory import AgentMemory, known, read_memory
 
+from ..conftest import on_cluster
 from .conftest import Writer, exact, save_step
+
+OVERLAPPED = pytest.mark.skipif(
+    on_cluster(),
+    reason="a cluster client has no connection of its own to send them with the copies:"
+    " the save applies them first, the ordinary way",
+)
+"""Tests of staged writes sent with the save's copies, while PostgreSQL commits."""
 
 
 def _saved_agent(stack: amber.Stack, uid: Callable[[str], str], guarded: bool = False) -> Writer:
@@ -38,6 +46,7 @@ def _raw(stack: amber.Stack, mem: AgentMemory, name: str) -> Any:
     return stack.redis.get(mem.key(name))
 
 
+@OVERLAPPED
 def test_a_deferred_batch_goes_to_redis_with_the_save(
     stack: amber.Stack, uid: Callable[[str], str], reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,6 +125,7 @@ def test_a_staged_set_over_another_type_is_refused_by_the_save(
     assert agent.checkpoint_seq == seq and mem.get("a") == b"1"
 
 
+@OVERLAPPED
 @pytest.mark.parametrize("guarded", [False, True])
 def test_staged_writes_redis_did_not_take_are_recovered_from_the_checkpoint(
     stack: amber.Stack, uid: Callable[[str], str], guarded: bool
@@ -139,6 +149,7 @@ def test_staged_writes_redis_did_not_take_are_recovered_from_the_checkpoint(
     assert [v for v in restored["log"].value] == [b"x"]
 
 
+@OVERLAPPED
 def test_another_objects_write_before_the_staged_ones_is_in_the_next_save(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
@@ -191,6 +202,7 @@ def test_a_snapshot_read_at_the_staged_sequence_is_not_taken_for_theirs(
     assert cp.l1_snapshot_hash == whole.hash and whole.memory["b"].value == b"more than eight bytes"
 
 
+@OVERLAPPED
 def test_a_save_that_fails_keeps_the_staged_writes_redis_did_not_take(
     stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,6 +231,7 @@ def test_a_save_that_fails_keeps_the_staged_writes_redis_did_not_take(
     exact(stack, agent.agent_id)
 
 
+@OVERLAPPED
 def test_a_refused_send_after_a_failed_commit_stays_staged(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
@@ -240,6 +253,7 @@ def test_a_refused_send_after_a_failed_commit_stays_staged(
     assert _raw(stack, mem, "a") == b"1"
 
 
+@OVERLAPPED
 def test_staged_writes_a_later_run_fenced_off_make_the_save_say_so(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
@@ -268,3 +282,17 @@ def test_recovering_the_memory_drops_the_staged_writes(
     )
     mem.guard(report.epoch)
     assert not mem.staged and mem.get("a") == b"1"
+
+
+@pytest.mark.skipif(not on_cluster(), reason="a cluster client's way: see OVERLAPPED")
+def test_on_a_cluster_the_save_applies_staged_writes_first(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    agent = _saved_agent(stack, uid)
+    mem = agent.l1_cache
+    with mem.batch(defer=True) as b:
+        b.set("a", "two").delete("b")
+    cp = save_step(stack, agent)
+    assert not mem.staged and _raw(stack, mem, "a") == b"two" and _raw(stack, mem, "b") is None
+    exact(stack, agent.agent_id)
+    assert cp.l1_snapshot_hash == read_memory(stack.redis, stack.keys, agent.agent_id).hash

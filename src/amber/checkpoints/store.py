@@ -202,7 +202,7 @@ class AgentCheckpointer(CheckpointReads):
                     )
         except BaseException:
             if staged is not None:  # nothing sent: still this object's to apply
-                mem.staged = staged.ops + mem.staged
+                mem.restage(staged.ops)
             raise
         try:
             agent.run_status = self._commit(cp, raw, packed, snap, l1)
@@ -210,7 +210,7 @@ class AgentCheckpointer(CheckpointReads):
             if pending is not None:
                 got = pending.replies()
                 if staged is not None and not isinstance(staged.again(got[0]), list):
-                    mem.staged = staged.ops + mem.staged  # not applied: sent again later
+                    mem.restage(staged.ops)  # not applied: sent again later
             raise
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
@@ -248,11 +248,11 @@ class AgentCheckpointer(CheckpointReads):
             snap = self.snapshotter.advance(agent.agent_id, hint=written, known=known)
         except BaseException:
             if staged is not None:  # nothing sent: still the memory object's to apply
-                mem.staged = staged.ops + mem.staged
+                mem.restage(staged.ops)
             raise
         if staged is None or staged.held_by(snap):
             return snap, staged
-        mem.staged = staged.ops + mem.staged
+        mem.restage(staged.ops)
         mem.flush()
         mem.known.spoil()
         return self.snapshotter.advance(agent.agent_id, hint=written), None

@@ -151,6 +151,7 @@ class SaverCore:
             witnessed = witnessed and blob is not None
             full[ch] = blob or self._blob(serde, at, ch, ver, values)
             refs.append(full[ch])
+        witness = held if witnessed else None
         typed = serde.dumps_typed(body_document(checkpoint, md, at.checkpoint_id))
         body = Body.of(cid, typed[1])
         run_id = md.get("run_id")
@@ -167,8 +168,8 @@ class SaverCore:
             "body_sha256": body.digest(),
             "ttl": self.ttl_s,
             # the checkpoint held names every version this one only names (see lg_put)
-            "witness": held.body.checkpoint_id if held is not None and witnessed else None,
-            "witness_seq": held.seq if held is not None and witnessed else None,
+            "witness": witness.body.checkpoint_id if witness is not None else None,
+            "witness_seq": witness.seq if witness is not None else None,
         }
         seq, missing = self._insert(params, new, refs)
         if missing:  # pruned since this run read them: store them again from the values

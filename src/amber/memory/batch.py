@@ -206,26 +206,23 @@ class Staged:
                 return False
         return True
 
+    def _sequence(self, reply: Any) -> int | None:
+        """The sequence the batch script's reply says Redis applied them at, when it did
+        so in the planned incarnation (None: not applied, or in another epoch)."""
+        if isinstance(reply, list) and len(reply) == 3 and reply[2] == self.epoch.encode():
+            return reply[1] if isinstance(reply[1], int) else None
+        return None
+
     def applied(self, reply: Any) -> bool:
         """Whether the batch script's reply says Redis applied them as planned."""
-        return (
-            isinstance(reply, list)
-            and len(reply) == 3
-            and reply[1] == self.seq
-            and reply[2] == self.epoch.encode()
-        )
+        return self._sequence(reply) == self.seq
 
     def overtaken(self, reply: Any) -> bool:
         """Whether Redis applied them in the planned incarnation, but later: another
         object's writes came first. The memory then holds more than the checkpoint, and
         nothing was lost."""
-        return (
-            isinstance(reply, list)
-            and len(reply) == 3
-            and isinstance(reply[1], int)
-            and reply[1] > self.seq
-            and reply[2] == self.epoch.encode()
-        )
+        at = self._sequence(reply)
+        return at is not None and at > self.seq
 
     def again(self, reply: Any) -> Any:
         """``reply``, or when Redis had lost the script, the reply of running it again the

@@ -130,8 +130,13 @@ class AgentMemory(MemoryReads):
             try:
                 self._apply_batch(ops, None)
             except StoreUnavailable:
-                self.staged = ops + self.staged
+                self.restage(ops)
                 raise
+
+    def restage(self, ops: list[list[Any]]) -> None:
+        """Put staged writes that were taken but not applied back, ahead of any staged
+        since (sets and deletes: sending them again leaves what sending them once does)."""
+        self.staged = ops + self.staged
 
     def take_known(self) -> KnownWrites:
         """The writes noted since the last call, and a fresh log for those to come."""

@@ -391,3 +391,17 @@ def test_a_table_of_wide_characters_fits_or_becomes_records(
     lines = out.getvalue().splitlines()
     assert all(cell_len(line) <= 80 for line in lines), out.getvalue()
     assert any(wide in line for line in lines)
+
+
+def test_a_table_shows_control_characters_as_escapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An id holding C1 controls and a bidi override (the bad-input fuzz stores such ids):
+    each is shown as its escape, so nothing reaches the terminal to act on, and the
+    table measures what it prints."""
+    out = io.StringIO()
+    monkeypatch.setattr(output, "console", Console(file=out, width=80, color_system=None))
+    odd = "bad-input:D\x94O3\x8f@\u202e" + "x" * 40
+    output.table([output.Col("review", "id"), output.Col("waits", "id")], [[odd, "task t"]])
+    text = out.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "\x94" not in text and "\u202e" not in text
+    assert "\\x94" in text and "\\u202e" in text

@@ -10,6 +10,7 @@ terminal and never with ``--json``.
 from __future__ import annotations
 
 import sys
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -71,8 +72,23 @@ class Col:
     kind: Literal["id", "short", "text"] = "short"
 
 
+def shown(text: str) -> str:
+    """``text`` as a terminal can show it and a table measure it: control, format and
+    surrogate characters (a C1 control a terminal would act on, a bidi override) as
+    backslash escapes; line breaks kept."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Cs")
+        else ch
+        for ch in text
+    )
+
+
 def table(columns: Sequence[Col], rows: Sequence[Sequence[str]], title: str | None = None) -> None:
     """Print rows as a table that fits the terminal with every id whole, or as records."""
+    rows = [[shown(cell) for cell in r] for r in rows]
     widths = [
         max([len(c.name), *(max(map(cell_len, r[i].splitlines() or [""])) for r in rows)])
         for i, c in enumerate(columns)

@@ -1,4 +1,4 @@
-"""The checkpoint record (DD-011) and its canonical encoding. Pure: no I/O."""
+"""The checkpoint record (DD-011) and its encoding. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -58,22 +58,27 @@ class Checkpoint:
         doc["format"] = RECORD_FORMAT
         return doc
 
+    def fields(self) -> dict[str, bytes]:
+        """Each field of the document as JSON bytes, in field-name order; raises
+        ``InvalidValue`` naming a field that is not JSON. Nested objects keep their
+        insertion order, so a dict that only gained entries encodes as its old bytes
+        plus theirs (what a delta record relies on: ``checkpoints/delta.py``)."""
+        encoded: dict[str, bytes] = {}
+        for name, value in sorted(self.to_doc().items()):
+            try:
+                encoded[name] = orjson.dumps(value)
+            except TypeError as exc:
+                raise InvalidValue(
+                    f"checkpoint field {name!r} is not JSON-serializable: {exc}",
+                    agent_id=self.agent_id,
+                    field=name,
+                ) from None
+        return encoded
+
     def encode(self) -> bytes:
-        """Canonical JSON bytes; raises ``InvalidValue`` naming a field that is not JSON."""
-        doc = self.to_doc()
-        try:
-            return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-        except TypeError:
-            for name, value in doc.items():
-                try:
-                    orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-                except TypeError as exc:
-                    raise InvalidValue(
-                        f"checkpoint field {name!r} is not JSON-serializable: {exc}",
-                        agent_id=self.agent_id,
-                        field=name,
-                    ) from None
-            raise
+        """The whole record as JSON bytes; raises ``InvalidValue`` naming a field that is
+        not JSON."""
+        return join_fields(self.fields())
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Checkpoint:
@@ -88,6 +93,11 @@ class Checkpoint:
             return cls(**known, extra=extra)
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointCorrupt(f"checkpoint document is malformed: {exc}") from None
+
+
+def join_fields(fields: dict[str, bytes]) -> bytes:
+    """One JSON object of fields already encoded (``Checkpoint.fields``)."""
+    return b"{" + b",".join(orjson.dumps(name) + b":" + raw for name, raw in fields.items()) + b"}"
 
 
 def decode_doc(raw: bytes, expected_sha256: str | None = None) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
-from amber.checkpoints.model import Checkpoint, decode_doc, unseal
+from amber.checkpoints import delta
+from amber.checkpoints.model import Checkpoint, unseal
 from amber.checkpoints.versions import CheckpointMigrations
 from amber.errors import AmberError, CheckpointCorrupt, CheckpointNotFound, StoreUnavailable
 from amber.keys import Keys, check_id, check_uuid
@@ -26,7 +27,10 @@ from amber.schema import sql
 log = logging.getLogger("amber.checkpoints")
 
 PG_FALLBACK_ROWS = 3
-"""PostgreSQL rows tried, newest first, when the newest fails its checksum."""
+"""PostgreSQL rows tried at a time, newest first, when the newest fails its checksum."""
+
+PG_FALLBACK_ROUNDS = 3
+"""Batches of older rows tried before a restore gives up with ``CheckpointCorrupt``."""
 
 
 @dataclass(frozen=True)
@@ -92,16 +96,23 @@ class CheckpointReads:
             raise CheckpointNotFound(
                 "no checkpoint for this agent", analysis_id=aid, agent_type=atype
             )
-        head, cid, state, digest, size = row
+        head, cid, state = row[:3]
         doc: dict[str, Any] | None = None
         source = "redis_backup"
-        if backup is not None and state is None and backup[1].get("checkpoint_id") == str(cid):
-            doc = backup[1]
-        else:
-            if backup is not None:
-                skipped.append(f"redis_backup: at sequence {backup[0]}, PostgreSQL at {head}")
+        if (
+            backup is not None
+            and state is None
+            and delta.value_of(backup[1], "checkpoint_id") == str(cid)
+        ):
+            try:
+                doc = delta.whole(backup[1], row[6:])
+            except (CheckpointCorrupt, codec.CodecError) as exc:
+                skipped.append(f"redis_backup: {exc}")
+        elif backup is not None:
+            skipped.append(f"redis_backup: at sequence {backup[0]}, PostgreSQL at {head}")
+        if doc is None:
             source = "postgresql"
-            doc = self._verified((head, cid, state, digest, size), skipped) if state else None
+            doc = self._verified(row, skipped) if state else None
             if doc is None:
                 doc = self._older_row(aid, atype, int(head) + (0 if state else 1), skipped)
         doc.setdefault("seq", int(head))
@@ -145,20 +156,27 @@ class CheckpointReads:
             log.warning("checkpoint backup of %s not trusted: %s", agent_id, exc)
             skipped.append(f"redis_backup: {exc}")
             return None
-        if doc.get("seq") != seq:
+        if delta.value_of(doc, "seq") != seq:
             skipped.append("redis_backup: its header and record name different sequences")
             return None
         return seq, doc
 
     def _older_row(self, aid: str, atype: str, below: int, skipped: list[str]) -> dict[str, Any]:
-        """The newest row below sequence ``below`` that passes its checksum."""
-        with self.pg.connection() as conn:
-            rows = conn.execute(
-                sql.OLDER_CHECKPOINTS, (aid, atype, below, PG_FALLBACK_ROWS)
-            ).fetchall()
-        for row in rows:
-            if (doc := self._verified(row, skipped)) is not None:
-                return doc
+        """The newest row below sequence ``below`` that passes its checksum, tried a few
+        at a time (``PG_FALLBACK_ROWS``, for ``PG_FALLBACK_ROUNDS``). Each next batch
+        starts below the ones before and below the base rows their deltas named: a
+        corrupt base spoils every delta on it."""
+        for _ in range(PG_FALLBACK_ROUNDS):
+            with self.pg.connection() as conn:
+                rows = conn.execute(
+                    sql.OLDER_CHECKPOINTS, (aid, atype, below, PG_FALLBACK_ROWS)
+                ).fetchall()
+            for row in rows:
+                if (doc := self._verified(row, skipped)) is not None:
+                    return doc
+            if not rows:
+                break
+            below = min(int(r[0]) if r[5] is None else int(r[5]) for r in rows)
         raise CheckpointCorrupt(
             "no checkpoint passed its checksum: " + "; ".join(skipped),
             analysis_id=aid,
@@ -167,9 +185,11 @@ class CheckpointReads:
 
     @staticmethod
     def _verified(row: tuple[Any, ...], skipped: list[str]) -> dict[str, Any] | None:
-        seq, cid, state, digest, size = row
+        """A row's whole record (a delta folded on its base, as ``sql._WITH_BASE`` gives
+        them), checked; None, and why in ``skipped``, when it is unsound."""
+        seq, cid, state, digest, size = row[:5]
         try:
-            doc = decode_doc(codec.unpack(state, size), digest)
+            doc = delta.load(state, size, digest, row[6:])
         except (CheckpointCorrupt, codec.CodecError) as exc:
             log.error("checkpoint %s in PostgreSQL is corrupt: %s", cid, exc)
             skipped.append(f"postgresql {cid}: {exc}")
@@ -184,11 +204,11 @@ class CheckpointReads:
             row = conn.execute(sql.CHECKPOINT_BY_ID, (cid,)).fetchone()
         if row is None:
             raise CheckpointNotFound("no checkpoint with this id", checkpoint_id=cid)
-        state, digest, size, seq = row
+        seq, _, state, digest, size = row[:5]
         try:
-            doc = decode_doc(codec.unpack(state, size), digest)
-        except codec.CodecError as exc:
-            raise CheckpointCorrupt(f"checkpoint {exc}", checkpoint_id=cid) from None
+            doc = delta.load(state, size, digest, row[6:])
+        except (CheckpointCorrupt, codec.CodecError) as exc:
+            raise CheckpointCorrupt(str(exc), checkpoint_id=cid) from None
         return Checkpoint.from_doc({**doc, "seq": seq})
 
     def snapshot_of(self, checkpoint_id: object) -> dict[str, codec.Entry] | None:
@@ -223,7 +243,7 @@ class CheckpointReads:
     ) -> list[dict[str, Any]]:
         """Summary rows (newest first), optionally of one analysis."""
         where, params = (
-            ("WHERE analysis_id = %s", [check_uuid(analysis_id)]) if analysis_id else ("", [])
+            ("WHERE c.analysis_id = %s", [check_uuid(analysis_id)]) if analysis_id else ("", [])
         )
         query = sql.CHECKPOINT_SUMMARIES.format(where=where)
         with self.pg.connection() as conn:

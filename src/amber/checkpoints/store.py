@@ -18,25 +18,21 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-import psycopg
 import redis
 from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
 from amber.checkpoints.model import Checkpoint, now, seal
 from amber.checkpoints.reads import CheckpointReads
+from amber.checkpoints.rows import CheckpointRows, L1Row
 from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
 from amber.engines.later import Pending
 from amber.errors import (
-    CheckpointConflict,
-    InvalidValue,
     MemoryLost,
     StoreUnavailable,
-    fenced,
 )
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
@@ -98,19 +94,6 @@ class Checkpointable(Protocol):
     def get_interim_results(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class L1Row:
-    """An L1 snapshot as one checkpoint row stores it."""
-
-    blob: bytes
-    size: int
-    """Its decompressed size."""
-    base: int | None
-    """For a delta, the checkpoint row it applies to; None for a whole snapshot."""
-    chain: int
-    """Deltas since the last whole snapshot, this one included."""
-
-
 def _unsent() -> Any:
     raise redis.ConnectionError("Redis could not be reached")
 
@@ -138,6 +121,7 @@ class AgentCheckpointer(CheckpointReads):
         self.journal = journal
         self.backup_ttl_ms = settings.checkpoint_backup_ttl * 1000
         self._cache_sha = client.register_script(scripts.CACHE).sha
+        self.rows = CheckpointRows(pool)
         self.mode = settings.durability.value
         """The durability mode, as metrics label checkpoint latencies."""
 
@@ -177,8 +161,8 @@ class AgentCheckpointer(CheckpointReads):
         try:
             self._check_memory(agent, snap)
             cp = self._record(agent, snap, subtask_completed, failure_reason, error_details)
-            raw = cp.encode()
-            packed = codec.pack(raw)
+            enc = self.rows.encode(cp)
+            raw = enc.raw
             dual = (
                 self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
             )
@@ -187,7 +171,7 @@ class AgentCheckpointer(CheckpointReads):
             copies: tuple[SnapshotMeta, Sealed] | None = None
             pending = None
             if not quiet:
-                backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, packed), cp.seq,
+                backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, enc.packed), cp.seq,
                           self.backup_ttl_ms)  # fmt: skip
                 copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
                 # the Redis copies go out first and are read back after the commit: one
@@ -205,7 +189,7 @@ class AgentCheckpointer(CheckpointReads):
                 mem.restage(staged.ops)
             raise
         try:
-            agent.run_status = self._commit(cp, raw, packed, snap, l1)
+            agent.run_status = self.rows.insert(cp, enc, snap, l1)
         except BaseException:
             if pending is not None:
                 got = pending.replies()
@@ -364,69 +348,6 @@ class AgentCheckpointer(CheckpointReads):
                 agent_id=agent.agent_id,
                 analysis_id=agent.analysis_id,
             )
-
-    def _commit(
-        self, cp: Checkpoint, raw: bytes, packed: bytes, snap: Snapshot, l1: L1Row | None
-    ) -> str | None:
-        """The PostgreSQL write: a compare-and-set insert of checkpoint ``cp.seq``, fenced
-        by the analysis's lease; returns the analysis's status (None: no such row)."""
-        params = {
-            "checkpoint_id": cp.checkpoint_id,
-            "seq": cp.seq,
-            "writer": cp.writer,
-            "stock_ticker": cp.stock_ticker,
-            "agent_type": cp.agent_type,
-            "agent_id": cp.agent_id,
-            "analysis_id": cp.analysis_id,
-            "checkpoint_time": cp.checkpoint_time,
-            "progress_pct": cp.progress_pct,
-            "current_subtask": cp.current_subtask,
-            "completed_subtasks": sql.text_array(cp.completed_subtasks),
-            "pending_subtasks": sql.text_array(cp.pending_subtasks),
-            "failure_reason": cp.failure_reason,
-            "retry_count": cp.retry_count,
-            "agent_version": cp.agent_version,
-            "state": packed,
-            "state_sha256": codec.sha256_hex(raw),
-            "state_size": len(raw),
-            # the memory's identity goes in every row, its image only where stored: a
-            # rollback finds the newest checkpoint taken with a memory it could rebuild
-            "l1_snapshot": l1.blob if l1 else None,
-            "l1_snapshot_hash": snap.hash,
-            "l1_snapshot_seq": snap.seq,
-            "l1_snapshot_size": l1.size if l1 else None,
-            "l1_snapshot_epoch": snap.epoch,
-            "l1_snapshot_keys": len(snap.memory),
-            "l1_snapshot_base": l1.base if l1 else None,
-        }
-        try:
-            with self.pg.connection() as conn:
-                row = conn.execute(sql.INSERT_CHECKPOINT, params).fetchone()
-        except psycopg.DataError as exc:
-            raise InvalidValue(
-                f"checkpoint cannot be stored: {exc}".strip(),
-                agent_id=cp.agent_id,
-                analysis_id=cp.analysis_id,
-            ) from None
-        if row is None:
-            if self._fenced_off(cp):
-                raise fenced(cp.analysis_id, str(cp.writer), f"write checkpoint {cp.seq}")
-            raise CheckpointConflict(
-                f"checkpoint {cp.seq} or a newer one already exists, or another run holds the"
-                f" analysis's lease: this writer continued from checkpoint {cp.seq - 1} and"
-                " would replace newer work",
-                analysis_id=cp.analysis_id,
-                agent_type=cp.agent_type,
-                seq=cp.seq,
-            )
-        return None if row[1] is None else str(row[1])
-
-    def _fenced_off(self, cp: Checkpoint) -> bool:
-        """Why an insert was refused (read after it, to say so; the fence was the insert's
-        own): the writer no longer holds the analysis, or it ended."""
-        with self.pg.connection() as conn:
-            row = conn.execute(sql.LEASE_OF, (cp.analysis_id,)).fetchone()
-        return row is not None and (row[0] != cp.writer or row[1] not in ("running", "paused"))
 
     def _send_cache(
         self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed, staged: Staged | None = None

@@ -344,6 +344,13 @@ MIGRATIONS: list[str] = [
 """
     + lg_put(False, WITNESSED_CHECK_V14, witness=True)
     + """    """,
+    # 15: delta records (checkpoints/delta.py): a row whose ``state`` holds only what
+    #     changed since an earlier whole row of its agent names that row's ``seq`` in
+    #     ``state_base``, and its ``completed_subtasks`` are those done after the base's.
+    """
+    ALTER TABLE agent_checkpoints ADD COLUMN state_base BIGINT;
+    ALTER TABLE agent_checkpoints_archive ADD COLUMN state_base BIGINT;
+    """,
 ]
 
 

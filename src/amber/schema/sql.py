@@ -20,7 +20,7 @@ _CHECKPOINT_COLUMNS = (
     " checkpoint_time, progress_pct, current_subtask, completed_subtasks, pending_subtasks,"
     " failure_reason, retry_count, agent_version, state, state_sha256, state_size,"
     " l1_snapshot, l1_snapshot_hash, l1_snapshot_seq, l1_snapshot_size, l1_snapshot_epoch,"
-    " l1_snapshot_keys, l1_snapshot_base"
+    " l1_snapshot_keys, l1_snapshot_base, state_base"
 )
 
 RUN_HOLDS = """(%(owner)s::text IS NULL OR EXISTS (
@@ -38,19 +38,23 @@ SELECT %(checkpoint_id)s::uuid, %(seq)s::bigint, %(writer)s::text, %(stock_ticke
     %(retry_count)s::int, %(agent_version)s::varchar, %(state)s::bytea, %(state_sha256)s::text,
     %(state_size)s::int, %(l1_snapshot)s::bytea, %(l1_snapshot_hash)s::text,
     %(l1_snapshot_seq)s::bigint, %(l1_snapshot_size)s::int, %(l1_snapshot_epoch)s::text,
-    %(l1_snapshot_keys)s::int, %(l1_snapshot_base)s::bigint
+    %(l1_snapshot_keys)s::int, %(l1_snapshot_base)s::bigint, %(state_base)s::bigint
 WHERE NOT EXISTS (
     SELECT 1 FROM agent_checkpoints
     WHERE analysis_id = %(analysis_id)s AND agent_type = %(agent_type)s AND seq >= %(seq)s)
 AND NOT EXISTS (
     SELECT 1 FROM analyses WHERE analysis_id = %(analysis_id)s
     AND (lease_owner IS DISTINCT FROM %(writer)s OR status NOT IN ('running', 'paused')))
+AND (%(state_base)s::bigint IS NULL OR EXISTS (
+    SELECT 1 FROM agent_checkpoints WHERE analysis_id = %(analysis_id)s
+    AND agent_type = %(agent_type)s AND seq = %(state_base)s AND checkpoint_id = %(base_id)s))
 ON CONFLICT (analysis_id, agent_type, seq) DO NOTHING
 RETURNING id, (SELECT status FROM analyses WHERE analysis_id = %(analysis_id)s)
 """
 """Add checkpoint ``seq`` unless it or a later one exists, or the writer does not hold the
 analysis's lease: taken over, given back, or cleared when the analysis ended (the fence,
-in the same statement). A row back means it was written, with the analysis's status
+in the same statement), or it is a delta record whose base row (``state_base``, with id
+``base_id``) is not there. A row back means it was written, with the analysis's status
 beside it. Checkpoints of an agent outside any analysis (no row) are not fenced."""
 
 LEASE_OF = "SELECT lease_owner, status FROM analyses WHERE analysis_id = %s"
@@ -65,32 +69,47 @@ SELECT agent_type, max(seq) FROM agent_checkpoints WHERE analysis_id = %s GROUP 
 """
 """Each agent's newest sequence in one analysis (an agent with none is not listed)."""
 
-NEWEST_CHECKPOINT = """
-SELECT seq, checkpoint_id, CASE WHEN seq = %s THEN NULL ELSE state END, state_sha256, state_size
-FROM agent_checkpoints WHERE analysis_id = %s AND agent_type = %s
-ORDER BY seq DESC LIMIT 1
+_BASE_ROW = """LEFT JOIN agent_checkpoints b ON b.analysis_id = c.analysis_id
+    AND b.agent_type = c.agent_type AND b.seq = c.state_base"""
+"""Beside each checkpoint row ``c``, the whole row ``b`` its delta record applies to (none
+for a whole row)."""
+
+
+def _records(state: str, rows: str) -> str:
+    """A statement reading checkpoint rows ``c`` (a table or subquery) as
+    ``checkpoints/delta.load`` takes them: sequence, id, ``state`` (an expression of
+    ``c``), checksum, size and base, and beside a delta record its base row's id, state,
+    checksum and size (one join, on the unique index)."""
+    return f"""
+SELECT c.seq, c.checkpoint_id, {state}, c.state_sha256, c.state_size, c.state_base,
+    b.checkpoint_id, b.state, b.state_sha256, b.state_size
+FROM {rows} c {_BASE_ROW}
 """
+
+
+def _newest(where: str, limit: str) -> str:
+    """One agent's rows (analysis, agent type) that match ``where``, newest first, up to
+    ``limit``: a subquery for :func:`_records`."""
+    return (
+        "(SELECT * FROM agent_checkpoints WHERE analysis_id = %s AND agent_type = %s"
+        f"{where} ORDER BY seq DESC LIMIT {limit})"
+    )
+
+
+NEWEST_CHECKPOINT = _records("CASE WHEN c.seq = %s THEN NULL ELSE c.state END", _newest("", "1"))
 """The newest row, its state left out when the caller already holds that sequence (the
 Redis copy it read): one round trip, and PostgreSQL decides which copy is current."""
 
-OLDER_CHECKPOINTS = """
-SELECT seq, checkpoint_id, state, state_sha256, state_size
-FROM agent_checkpoints WHERE analysis_id = %s AND agent_type = %s AND seq < %s
-ORDER BY seq DESC LIMIT %s
-"""
+OLDER_CHECKPOINTS = _records("c.state", _newest(" AND seq < %s", "%s")) + "ORDER BY c.seq DESC"
 
-CHECKPOINTS_WITH_MEMORY = """
-SELECT seq, checkpoint_id, state, state_sha256, state_size
-FROM agent_checkpoints
-WHERE analysis_id = %s AND agent_type = %s AND seq <= %s AND l1_snapshot_hash = %s
-ORDER BY seq DESC LIMIT %s
-"""
+CHECKPOINTS_WITH_MEMORY = (
+    _records("c.state", _newest(" AND seq <= %s AND l1_snapshot_hash = %s", "%s"))
+    + "ORDER BY c.seq DESC"
+)
 """The newest checkpoints of an agent taken with one memory (by its hash): where an agent
 whose newest memory was lost rolls back to."""
 
-CHECKPOINT_BY_ID = """
-SELECT state, state_sha256, state_size, seq FROM agent_checkpoints WHERE checkpoint_id = %s
-"""
+CHECKPOINT_BY_ID = _records("c.state", "agent_checkpoints") + "WHERE c.checkpoint_id = %s"
 
 SNAPSHOT_BY_CHECKPOINT_ID = """
 SELECT analysis_id, agent_type, seq, l1_snapshot IS NOT NULL FROM agent_checkpoints
@@ -122,19 +141,28 @@ SELECT max(l1_snapshot_seq) FROM agent_checkpoints
 WHERE agent_id = %s AND l1_snapshot IS NOT NULL
 """
 
-_SUMMARY_COLUMNS = """checkpoint_id, analysis_id, agent_type, seq, writer, checkpoint_time,
-    progress_pct, current_subtask, cardinality(array_remove(completed_subtasks, 'amber:result'))
-    AS done, cardinality(array_remove(completed_subtasks, 'amber:result'))
-    + cardinality(array_remove(pending_subtasks, 'amber:result')) AS total,
-    failure_reason, retry_count, agent_version, l1_snapshot IS NOT NULL AS dual"""
+_STEPS = "COALESCE(b.completed_subtasks, ARRAY[]::text[]) || c.completed_subtasks"
+"""A row's completed subtasks: a delta row's column holds only those after its base's."""
+
+_SUMMARY_COLUMNS = f"""c.checkpoint_id, c.analysis_id, c.agent_type, c.seq, c.writer,
+    c.checkpoint_time, c.progress_pct, c.current_subtask,
+    cardinality(array_remove({_STEPS}, 'amber:result')) AS done,
+    cardinality(array_remove({_STEPS}, 'amber:result'))
+    + cardinality(array_remove(c.pending_subtasks, 'amber:result')) AS total,
+    c.failure_reason, c.retry_count, c.agent_version, c.l1_snapshot IS NOT NULL AS dual"""
 
 CHECKPOINT_SUMMARIES = f"""
-SELECT {_SUMMARY_COLUMNS} FROM agent_checkpoints {{where}} ORDER BY id DESC LIMIT %s
+SELECT {_SUMMARY_COLUMNS} FROM agent_checkpoints c {_BASE_ROW} {{where}} ORDER BY c.id DESC LIMIT %s
 """
+"""Summary rows, newest first; ``where`` filters on ``c`` (one analysis: ``WHERE
+c.analysis_id = %s``)."""
 
 LATEST_CHECKPOINTS = f"""
-SELECT DISTINCT ON (agent_type) {_SUMMARY_COLUMNS}, completed_subtasks AS steps
-FROM agent_checkpoints WHERE analysis_id = %s ORDER BY agent_type, id DESC
+SELECT {_SUMMARY_COLUMNS}, {_STEPS} AS steps
+FROM (SELECT DISTINCT ON (agent_type) * FROM agent_checkpoints WHERE analysis_id = %s
+      ORDER BY agent_type, id DESC) c
+{_BASE_ROW}
+ORDER BY c.agent_type
 """
 """Each agent type's newest checkpoint of an analysis, as a summary with its steps done.
 A function agent's ``amber:result`` (its return value's record) is no step: not counted."""

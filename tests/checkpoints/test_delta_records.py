@@ -242,3 +242,21 @@ def test_a_delta_on_another_base_is_refused() -> None:
         delta.fold(orjson.loads(raw), {"a": [1]}, str(uuid.uuid4()), base.sha256)
     with pytest.raises(CheckpointCorrupt):
         delta.fold(orjson.loads(raw), {"a": {"x": 1}}, base.checkpoint_id, base.sha256)
+
+
+def test_deltas_damaged_on_their_own_fall_back_to_their_sound_base(
+    stack: amber.Stack, agent: Stepper
+) -> None:
+    saved = [_step(stack, agent, f"s{i}", "p" * 60) for i in range(6)]
+    assert [b for _, b, _ in _rows(stack, agent)] == [None, 1, 1, 1, 1, 1]
+    for seq in range(2, 7):  # every delta, not the base
+        _spoil(stack, agent, seq)
+    assert _restored(stack, agent) == saved[0]
+
+
+def test_a_field_named_like_a_delta_marker_is_a_field(stack: amber.Stack, agent: Stepper) -> None:
+    saved = _step(stack, agent, "s0", 0)
+    saved.extra.update(delta=1, format="delta-1", base=1)  # read back as extra fields
+    cp = amber.Checkpoint.from_doc(orjson.loads(saved.encode()))
+    assert not delta.is_delta(orjson.loads(cp.encode()))
+    assert cp.extra["delta"] == 1 and "format" not in cp.extra

@@ -40,8 +40,10 @@ are cumulative, so this bounds what every row between two whole rows carries."""
 BASES_MAX_BYTES = 64 * 1024 * 1024
 """Encoded bases kept in a process, at most (the least recently used go first)."""
 
-DELTA_KEY = "delta"
-"""The key that marks a document as a delta record (a whole record never has it)."""
+DELTA_FORMAT = "delta-1"
+"""A delta record's ``format``. A whole record's is ``RECORD_FORMAT``, which
+``Checkpoint.to_doc`` sets over any field of that name: no record is mistaken for the
+other."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def diff(base: Base, fields: dict[str, bytes]) -> tuple[bytes, set[str]]:
             changed[name] = orjson.Fragment(new)
     raw = orjson.dumps(
         {
-            DELTA_KEY: 1,
+            "format": DELTA_FORMAT,
             "base": base.seq,
             "base_id": base.checkpoint_id,
             "base_sha256": base.sha256,
@@ -136,7 +138,7 @@ def record(base: Base | None, fields: dict[str, bytes]) -> Record:
 
 def is_delta(doc: dict[str, Any]) -> bool:
     """Whether a stored document is a delta record (else it is whole)."""
-    return DELTA_KEY in doc
+    return doc.get("format") == DELTA_FORMAT
 
 
 def value_of(doc: dict[str, Any], name: str) -> Any:

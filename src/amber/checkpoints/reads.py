@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -130,16 +131,16 @@ class CheckpointReads:
         """The newest checkpoint up to sequence ``at_most`` that was taken with the memory
         ``memory_hash`` and passes its checksum (migrated to ``version``); None if none was."""
         aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
-        with self.pg.connection() as conn:
-            rows = conn.execute(
-                sql.CHECKPOINTS_WITH_MEMORY, (aid, atype, at_most, memory_hash, PG_FALLBACK_ROWS)
-            ).fetchall()
-        skipped: list[str] = []
-        for row in rows:
-            if (doc := self._verified(row, skipped)) is not None:
-                doc, _ = self.migrations.upgrade(doc, version)
-                return Checkpoint.from_doc(doc)
-        return None
+        doc = self._sound(
+            sql.CHECKPOINTS_WITH_MEMORY,
+            lambda below: (aid, atype, below - 1, memory_hash, PG_FALLBACK_ROWS),
+            at_most + 1,
+            [],
+        )
+        if doc is None:
+            return None
+        doc, _ = self.migrations.upgrade(doc, version)
+        return Checkpoint.from_doc(doc)
 
     def _read_backup(self, agent_id: str, skipped: list[str]) -> tuple[int, dict[str, Any]] | None:
         try:
@@ -162,26 +163,40 @@ class CheckpointReads:
         return seq, doc
 
     def _older_row(self, aid: str, atype: str, below: int, skipped: list[str]) -> dict[str, Any]:
-        """The newest row below sequence ``below`` that passes its checksum, tried a few
-        at a time (``PG_FALLBACK_ROWS``, for ``PG_FALLBACK_ROUNDS``). Each next batch
-        starts below the ones before and below the base rows their deltas named: a
-        corrupt base spoils every delta on it."""
+        """The newest row below sequence ``below`` that passes its checksum."""
+        doc = self._sound(
+            sql.OLDER_CHECKPOINTS, lambda b: (aid, atype, b, PG_FALLBACK_ROWS), below, skipped
+        )
+        if doc is None:
+            raise CheckpointCorrupt(
+                "no checkpoint passed its checksum: " + "; ".join(skipped),
+                analysis_id=aid,
+                agent_type=atype,
+            )
+        return doc
+
+    def _sound(
+        self,
+        statement: str,
+        params: Callable[[int], tuple[Any, ...]],
+        below: int,
+        skipped: list[str],
+    ) -> dict[str, Any] | None:
+        """The newest row ``statement`` (with ``params(below)``) gives below sequence
+        ``below`` whose record passes its checks; tried ``PG_FALLBACK_ROWS`` at a time,
+        for ``PG_FALLBACK_ROUNDS``. Each next batch starts below the rows tried, and below
+        the newest row after the base rows their deltas named (a damaged base spoils
+        every delta on it; the base itself is tried again). None if none passed."""
         for _ in range(PG_FALLBACK_ROUNDS):
             with self.pg.connection() as conn:
-                rows = conn.execute(
-                    sql.OLDER_CHECKPOINTS, (aid, atype, below, PG_FALLBACK_ROWS)
-                ).fetchall()
+                rows = conn.execute(statement, params(below)).fetchall()
             for row in rows:
                 if (doc := self._verified(row, skipped)) is not None:
                     return doc
             if not rows:
                 break
-            below = min(int(r[0]) if r[5] is None else int(r[5]) for r in rows)
-        raise CheckpointCorrupt(
-            "no checkpoint passed its checksum: " + "; ".join(skipped),
-            analysis_id=aid,
-            agent_type=atype,
-        )
+            below = min(int(r[0]) if r[5] is None else int(r[5]) + 1 for r in rows)
+        return None
 
     @staticmethod
     def _verified(row: tuple[Any, ...], skipped: list[str]) -> dict[str, Any] | None:

@@ -124,6 +124,17 @@ class RunControl:
         return None
 
 
+def _own(value: Any) -> Any:
+    """A recorded result as its caller gets it: a copy of its own, so that changing it
+    changes neither the record nor what the step's key gives back next (a resumed run
+    gets what the first run got)."""
+    return (
+        value
+        if value is None or isinstance(value, str | int | float | bool)
+        else (orjson.loads(orjson.dumps(value)))
+    )
+
+
 class StepExecutor:
     """Runs and records the steps of one run's agents (their ``steps_runner``)."""
 
@@ -247,7 +258,7 @@ class StepExecutor:
                 step=key,
                 agent_id=agent.agent_id,
             )
-        return agent.interim_results.get(key)
+        return _own(agent.interim_results.get(key))
 
     def _record(
         self, agent: BaseAgent, key: str, name: str, value: Any, intent: Intent | None
@@ -275,7 +286,7 @@ class StepExecutor:
         if self.on_progress is not None:
             with self._lock:
                 self.on_progress(agent)
-        return value
+        return orjson.loads(raw)  # the caller's own: its changes are never the record
 
     def _finished(self, intent: Intent | None) -> None:
         if intent is not None and intent.status != "done":

@@ -37,6 +37,11 @@ DELTA_MAX_BYTES = 4096
 """Largest delta record written: past it, the row is whole and the next base. Deltas
 are cumulative, so this bounds what every row between two whole rows carries."""
 
+DELTA_MIN_WHOLE = 1024
+"""Records smaller than this are written whole without trying a delta: a delta's own
+header (its base's id and checksum, the fields that change at every step) is about 300
+bytes, so it would not be under half of them."""
+
 BASES_MAX_BYTES = 64 * 1024 * 1024
 """Encoded bases kept in a process, at most (the least recently used go first)."""
 
@@ -124,9 +129,9 @@ def record(base: Base | None, fields: dict[str, bytes]) -> Record:
     """The row's record: a delta on ``base`` when one is small enough, else whole. A
     delta that would restate the steps (they were not only added to) is never written:
     its row's ``completed_subtasks`` column could not be the steps after the base's."""
-    if base is not None:
+    whole = sum(len(v) for v in fields.values())
+    if base is not None and whole >= DELTA_MIN_WHOLE:
         raw, restated = diff(base, fields)
-        whole = sum(len(v) for v in fields.values())
         if (
             len(raw) <= DELTA_MAX_BYTES
             and 2 * len(raw) < whole

@@ -66,6 +66,7 @@ class Base:
 
     @property
     def size(self) -> int:
+        """Its encoded bytes, as ``Bases`` counts them against its bound."""
         return sum(len(v) for v in self.fields.values())
 
 

@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = SRC / "amber"
 
 LADDER = [
-    {"errors", "keys", "codec", "config", "defaults", "observe", "redis_url", "lazy"},
+    {"errors", "keys", "codec", "config", "defaults", "observe", "redis_url", "lazy", "lru"},
     {"engines"},
     {"schema", "wal"},
     {"memory"},

@@ -22,8 +22,6 @@ row is whole and becomes the next base. Pure: no I/O.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +30,7 @@ import orjson
 from amber import codec
 from amber.checkpoints.model import decode_doc, join_fields
 from amber.errors import CheckpointCorrupt
+from amber.lru import BytesLRU
 
 DELTA_MAX_BYTES = 4096
 """Largest delta record written: past it, the row is whole and the next base. Deltas
@@ -77,6 +76,8 @@ class Record:
     raw: bytes
     """The document stored (whole, or a delta on ``base``)."""
     fields: dict[str, bytes]
+    whole_size: int
+    """The whole record's encoded size (a delta's own is ``len(raw)``)."""
     base: Base | None
     """The whole row a delta applies to; None: this row is whole."""
 
@@ -138,8 +139,8 @@ def record(base: Base | None, fields: dict[str, bytes]) -> Record:
             and 2 * len(raw) < whole
             and "completed_subtasks" not in restated
         ):
-            return Record(raw, fields, base)
-    return Record(join_fields(fields), fields, None)
+            return Record(raw, fields, whole, base)
+    return Record(join_fields(fields), fields, whole, None)
 
 
 def is_delta(doc: dict[str, Any]) -> bool:
@@ -212,37 +213,20 @@ class Bases:
     """Each agent's base in this process: the newest whole row it committed here."""
 
     def __init__(self, max_bytes: int = BASES_MAX_BYTES) -> None:
-        self._bases: OrderedDict[str, Base] = OrderedDict()
-        self._bytes = 0
-        self._max = max_bytes
-        self._lock = threading.Lock()
+        self._bases: BytesLRU[str, Base] = BytesLRU(max_bytes)
 
     def get(self, agent_id: str, analysis_id: str, agent_type: str, seq: int) -> Base | None:
         """The agent's base for its checkpoint ``seq``: of the same analysis and agent
         type, and older."""
-        with self._lock:
-            base = self._bases.get(agent_id)
-            if base is not None:
-                self._bases.move_to_end(agent_id)
+        base = self._bases.get(agent_id)
         if base is None or (base.analysis_id, base.agent_type) != (analysis_id, agent_type):
             return None
         return base if base.seq < seq else None
 
     def keep(self, agent_id: str, base: Base) -> None:
         """``base`` is the agent's newest whole row now."""
-        with self._lock:
-            self._drop(agent_id)
-            self._bases[agent_id] = base
-            self._bytes += base.size
-            while self._bytes > self._max and self._bases:
-                self._drop(next(iter(self._bases)))
+        self._bases.put(agent_id, base, base.size)
 
     def forget(self, agent_id: str) -> None:
         """Write the agent's next row whole (its base is gone, or in doubt)."""
-        with self._lock:
-            self._drop(agent_id)
-
-    def _drop(self, agent_id: str) -> None:
-        old = self._bases.pop(agent_id, None)
-        if old is not None:
-            self._bytes -= old.size
+        self._bases.drop(agent_id)

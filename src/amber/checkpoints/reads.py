@@ -200,7 +200,7 @@ class CheckpointReads:
 
     @staticmethod
     def _verified(row: tuple[Any, ...], skipped: list[str]) -> dict[str, Any] | None:
-        """A row's whole record (a delta folded on its base, as ``sql._WITH_BASE`` gives
+        """A row's whole record (a delta folded on its base, as ``sql._records`` gives
         them), checked; None, and why in ``skipped``, when it is unsound."""
         seq, cid, state, digest, size = row[:5]
         try:

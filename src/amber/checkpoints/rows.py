@@ -51,11 +51,6 @@ class Encoded:
         """The document's bytes, uncompressed."""
         return self.record.raw
 
-    @property
-    def whole(self) -> int:
-        """The whole record's size, uncompressed (a delta's own is ``len(raw)``)."""
-        return sum(len(v) for v in self.record.fields.values())
-
 
 class CheckpointRows:
     """Encodes checkpoints as rows (whole, or a delta on a base row) and adds them."""

@@ -167,7 +167,8 @@ class AgentCheckpointer(CheckpointReads):
                 self.settings.durability != Durability.HYBRID if dual_write is None else dual_write
             )
             l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
-            quiet = not dual and unchanged and not snap.memory and enc.whole <= QUIET_MAX_BYTES
+            small = enc.record.whole_size <= QUIET_MAX_BYTES
+            quiet = not dual and unchanged and not snap.memory and small
             copies: tuple[SnapshotMeta, Sealed] | None = None
             pending = None
             if not quiet:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +13,7 @@ from redis.commands.core import Script
 
 from amber.engines.later import Pending
 from amber.langgraph.records import Blob, Body
+from amber.lru import BytesLRU
 
 log = logging.getLogger("amber.langgraph")
 
@@ -40,39 +40,19 @@ class CopyCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str], tuple[int, Copy]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._copies: BytesLRU[tuple[str, str], Copy] = BytesLRU(max_bytes, max_bytes // 4)
 
     def get(self, key: tuple[str, str]) -> Copy | None:
         """The copy of a (thread, namespace), if there is one."""
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is None:
-                return None
-            self._items.move_to_end(key)
-            return hit[1]
+        return self._copies.get(key)
 
     def put(self, key: tuple[str, str], copy: Copy) -> None:
         """Keep ``copy``; one larger than a quarter of the bound is not kept."""
-        size = copy.nbytes()
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= old[0]
-            if size * 4 > self.max_bytes:
-                return
-            self._items[key] = (size, copy)
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, (dropped, _) = self._items.popitem(last=False)
-                self._bytes -= dropped
+        self._copies.put(key, copy, copy.nbytes())
 
     def drop_thread(self, thread_id: str) -> None:
         """Forget every namespace of a thread."""
-        with self._lock:
-            for key in [k for k in self._items if k[0] == thread_id]:
-                self._bytes -= self._items.pop(key)[0]
+        self._copies.drop_where(lambda key: key[0] == thread_id)
 
 
 class HotWrites:

@@ -8,6 +8,7 @@ write A then attempts, working memory included, is refused; B's state is untouch
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +19,7 @@ import amber
 from amber import Fenced
 from amber.memory.restore import apply_memory
 from amber.runtime.app import RESULT_KEY
+from amber.schema import sql
 
 from ..conftest import Engines
 
@@ -196,3 +198,59 @@ def test_a_result_postgresql_cannot_hold_fails_the_analysis_once(
     (kept,) = stack.analyses.results(aid)
     assert "NUL" in kept["result"]["error"]
     assert RESULT_KEY not in result.deliverables
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except Exception as exc:  # the test asserts on it
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_write_racing_a_takeover_commits_before_it_or_not_at_all(
+    stack: amber.Stack, new_app: AppMaker, name: Namer
+) -> None:
+    """The fence locks the analysis's row until the write commits: a takeover waits for a
+    fenced write in flight (and its run then sees what was written), and a write that
+    comes while a takeover is in flight waits for it and is refused."""
+    app, writer = _app(new_app, name)
+    aid = app.submit(stack, [writer])
+    take = "UPDATE analyses SET lease_owner = %s WHERE analysis_id = %s"
+    with stack.pg.connection() as conn:
+        conn.execute(take, ("run-a", aid))
+    event = {"analysis_id": aid, "kind": "released", "by": "run-a", "detail": "{}"}
+    with stack.pg.connection() as a, a.transaction():  # run A's write, not yet committed
+        assert a.execute(sql.RUN_EVENT, {**event, "owner": "run-a"}).rowcount == 1
+        takeover, _ = _in_thread(lambda: _write(stack, take, ("run-b", aid)))
+        takeover.join(0.5)
+        assert takeover.is_alive()  # waits for A's write to commit
+    takeover.join(10)
+    assert not takeover.is_alive()
+
+    with stack.pg.connection() as conn:
+        conn.execute(take, ("run-a", aid))
+    agent = app.coordinator(stack).prepare_agents(stack.analyses.get(aid), "run-a")[0][0]
+    with stack.pg.connection() as b, b.transaction():  # run B's takeover, not yet committed
+        b.execute(take, ("run-b", aid))
+        save, out = _in_thread(lambda: stack.checkpointer.save_checkpoint(agent, None))
+        save.join(0.5)
+        assert save.is_alive()  # A's checkpoint waits for the takeover
+    save.join(10)
+    assert isinstance(out.get("error"), Fenced)
+    with stack.pg.connection() as conn:
+        rows = conn.execute(
+            "SELECT count(*) FROM agent_checkpoints WHERE analysis_id = %s", (aid,)
+        ).fetchone()
+    assert rows == (0,)
+
+
+def _write(stack: amber.Stack, statement: str, params: tuple[Any, ...]) -> None:
+    with stack.pg.connection() as conn:
+        conn.execute(statement, params)

@@ -24,10 +24,15 @@ _CHECKPOINT_COLUMNS = (
 )
 
 RUN_HOLDS = """(%(owner)s::text IS NULL OR EXISTS (
-    SELECT 1 FROM analyses WHERE analysis_id = %(analysis_id)s AND lease_owner = %(owner)s))"""
+    SELECT 1 FROM analyses WHERE analysis_id = %(analysis_id)s AND lease_owner = %(owner)s
+    FOR SHARE))"""
 """The fence of a run's write, inside the statement that makes it: the run ``owner`` still
 holds the analysis's lease (a write made outside any run passes ``owner`` NULL). Once the
-lease was taken over, given back, or cleared by the analysis's end, the write is refused."""
+lease was taken over, given back, or cleared by the analysis's end, the write is refused.
+``FOR SHARE`` locks the analysis's row until the write commits: a takeover racing it
+waits for it (and then sees what it wrote), or commits first and the fence, read again on
+the row's newest version, refuses it. Without the lock a write whose statement began
+before the takeover committed still passed, and committed after it."""
 
 INSERT_CHECKPOINT = f"""
 INSERT INTO agent_checkpoints ({_CHECKPOINT_COLUMNS})
@@ -42,9 +47,10 @@ SELECT %(checkpoint_id)s::uuid, %(seq)s::bigint, %(writer)s::text, %(stock_ticke
 WHERE NOT EXISTS (
     SELECT 1 FROM agent_checkpoints
     WHERE analysis_id = %(analysis_id)s AND agent_type = %(agent_type)s AND seq >= %(seq)s)
-AND NOT EXISTS (
+AND (NOT EXISTS (SELECT 1 FROM analyses WHERE analysis_id = %(analysis_id)s) OR EXISTS (
     SELECT 1 FROM analyses WHERE analysis_id = %(analysis_id)s
-    AND (lease_owner IS DISTINCT FROM %(writer)s OR status NOT IN ('running', 'paused')))
+    AND lease_owner IS NOT DISTINCT FROM %(writer)s AND status IN ('running', 'paused')
+    FOR SHARE))
 AND (%(state_base)s::bigint IS NULL OR EXISTS (
     SELECT 1 FROM agent_checkpoints WHERE analysis_id = %(analysis_id)s
     AND agent_type = %(agent_type)s AND seq = %(state_base)s AND checkpoint_id = %(base_id)s))
@@ -53,7 +59,7 @@ RETURNING id, (SELECT status FROM analyses WHERE analysis_id = %(analysis_id)s)
 """
 """Add checkpoint ``seq`` unless it or a later one exists, or the writer does not hold the
 analysis's lease: taken over, given back, or cleared when the analysis ended (the fence,
-in the same statement), or it is a delta record whose base row (``state_base``, with id
+in the same statement, with the row lock ``RUN_HOLDS`` explains), or it is a delta record whose base row (``state_base``, with id
 ``base_id``) is not there. A row back means it was written, with the analysis's status
 beside it. Checkpoints of an agent outside any analysis (no row) are not fenced."""
 

@@ -61,7 +61,8 @@ RETURNING id, (SELECT status FROM analyses WHERE analysis_id = %(analysis_id)s)
 analysis's lease: taken over, given back, or cleared when the analysis ended (the fence,
 in the same statement, with the row lock ``RUN_HOLDS`` explains), or it is a delta record
 whose base row (``state_base``, with id ``base_id``) is not there. A row back means it was
-written, with the analysis's status beside it. Checkpoints of an agent outside any analysis (no row) are not fenced."""
+written, with the analysis's status beside it. Checkpoints of an agent outside any
+analysis (no row) are not fenced."""
 
 LEASE_OF = "SELECT lease_owner, status FROM analyses WHERE analysis_id = %s"
 

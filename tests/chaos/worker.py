@@ -114,9 +114,9 @@ def install(stack: amber.Stack, order: Order, ledger: Ledger) -> None:
 
 
 def kill_after_commit(stack: amber.Stack, n: int, ledger: Ledger) -> None:
-    """SIGKILL this process in its n-th checkpoint, between the PostgreSQL commit and the
-    Redis write (``AgentCheckpointer._cache``, called once per checkpoint right after
-    its commit)."""
+    """SIGKILL this process in its n-th checkpoint, right after the PostgreSQL commit
+    (``AgentCheckpointer._cache``, called once per checkpoint after it): the Redis
+    copies' reply unread, and their slow-path write, when they needed one, not made."""
     cp = stack.checkpointer
     cache = cp._cache
     seen = 0

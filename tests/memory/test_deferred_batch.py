@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 
 import amber
 from amber.engines.later import Pending
@@ -51,13 +52,13 @@ def test_a_deferred_batch_goes_to_redis_with_the_save(
     stack: amber.Stack, uid: Callable[[str], str], reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[int] = []
-    real = Pending.send_all.__func__  # type: ignore[attr-defined]
+    real = Pending.send_now
 
-    def counted(cls: type[Pending], client: Any, commands: list[Any]) -> Pending | None:
+    def counted(self: Pending, commands: list[Any]) -> bool:
         sent.append(len(commands))
-        return real(cls, client, commands)  # type: ignore[no-any-return]
+        return real(self, commands)
 
-    monkeypatch.setattr(Pending, "send_all", classmethod(counted))
+    monkeypatch.setattr(Pending, "send_now", counted)
     agent = _saved_agent(stack, uid)
     mem = agent.l1_cache
     reads.clear()
@@ -150,6 +151,40 @@ def test_staged_writes_redis_did_not_take_are_recovered_from_the_checkpoint(
 
 
 @OVERLAPPED
+def test_staged_writes_whose_send_fails_once_the_insert_went_out_are_in_the_checkpoint(
+    stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The insert goes out before the staged writes do, so PostgreSQL may commit while
+    their send fails: the save says so (``MemoryLost``), the checkpoint holds them, and
+    recovering the memory from it gives what the agent wrote."""
+    agent = _saved_agent(stack, uid)
+    mem, aid = agent.l1_cache, agent.agent_id
+    with mem.batch(defer=True) as b:
+        b.set("a", "two")
+    real = Pending.send_now
+
+    def broken(self: Pending, commands: list[Any]) -> bool:
+        def lost(*args: Any, **kwargs: Any) -> None:
+            raise redis.ConnectionError("connection lost")
+
+        self.conn.send_packed_command = lost  # type: ignore[method-assign]
+        try:
+            return real(self, commands)
+        finally:
+            del self.conn.send_packed_command
+
+    monkeypatch.setattr(Pending, "send_now", broken)
+    with pytest.raises(MemoryLost, match="is in PostgreSQL with the writes deferred to it"):
+        save_step(stack, agent)
+    monkeypatch.undo()
+    assert stack.checkpointer.heads(agent.analysis_id) == {Writer.agent_type: agent.checkpoint_seq}
+    assert _raw(stack, mem, "a") == b"1" and not mem.staged
+    report = stack.recovery.recover_agent_state(aid, agent.analysis_id, Writer.agent_type)
+    assert report.verified
+    assert read_memory(stack.redis, stack.keys, aid).memory["a"].value == b"two"
+
+
+@OVERLAPPED
 def test_another_objects_write_before_the_staged_ones_is_in_the_next_save(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
@@ -214,7 +249,7 @@ def test_a_save_that_fails_keeps_the_staged_writes_redis_did_not_take(
     seq = agent.checkpoint_seq
     with mem.batch(defer=True) as b:
         b.set("a", "two")
-    monkeypatch.setattr(Pending, "send_all", classmethod(lambda cls, client, commands: None))
+    monkeypatch.setattr(Pending, "hold", classmethod(lambda cls, client: None))
     with pytest.raises(StoreUnavailable, match="deferred memory writes"):
         save_step(stack, agent)
     assert agent.checkpoint_seq == seq and mem.staged and _raw(stack, mem, "a") == b"1"

@@ -2,13 +2,13 @@
 
 A save writes PostgreSQL first, as a compare-and-set on the agent's checkpoint
 sequence (``schema/sql.py``): a writer that continued from an older checkpoint
-than the newest gets ``CheckpointConflict`` and writes nothing. Once PostgreSQL
-has committed, one Lua script writes the Redis copies (the checkpoint backup and
-the L1 snapshot secondary), each only over an older copy. A crash in between
-leaves Redis one checkpoint behind, which restore notices: PostgreSQL is the
-authority, and the backup is used only when it names the sequence of the newest
-committed row. Where the durability mode (or a pause) asks for it, the L1
-snapshot goes into the same PostgreSQL row.
+than the newest gets ``CheckpointConflict`` and writes nothing. While PostgreSQL
+executes and commits that insert, one Lua script is sent that writes the Redis
+copies (the checkpoint backup and the L1 snapshot secondary), each only over an
+older copy. A crash before it reaches Redis leaves Redis one checkpoint behind,
+which restore notices: PostgreSQL is the authority, and the backup is used only
+when it names the sequence of the newest committed row. Where the durability mode
+(or a pause) asks for it, the L1 snapshot goes into the same PostgreSQL row.
 """
 
 from __future__ import annotations
@@ -169,40 +169,56 @@ class AgentCheckpointer(CheckpointReads):
             l1 = self._l1_row(snap, stored, agent.checkpoint_seq) if dual else None
             small = enc.record.whole_size <= QUIET_MAX_BYTES
             quiet = not dual and unchanged and not snap.memory and small
-            copies: tuple[SnapshotMeta, Sealed] | None = None
-            pending = None
-            if not quiet:
-                backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, enc.packed), cp.seq,
-                          self.backup_ttl_ms)  # fmt: skip
-                copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
-                # the Redis copies go out first and are read back after the commit: one
-                # round trip each, overlapped. Restore trusts a copy only at PostgreSQL's
-                # newest sequence, so a copy of a checkpoint that then fails to commit is
-                # never used.
-                pending = self._send_cache(snap, *copies, staged=staged)
-                if pending is None and staged is not None:
-                    raise StoreUnavailable(
-                        "Redis could not be reached to write the deferred memory writes",
-                        agent_id=agent.agent_id,
-                    )
         except BaseException:
             if staged is not None:  # nothing sent: still this object's to apply
                 mem.restage(staged.ops)
             raise
-        try:
-            agent.run_status = self.rows.insert(cp, enc, snap, l1)
-        except BaseException:
+        copies: tuple[SnapshotMeta, Sealed] | None = None
+        pending: Pending | None = None
+        if not quiet:
+            # a Redis connection is taken before the statement goes out, so an unreachable
+            # Redis refuses a save with deferred writes before anything is committed
+            pending = Pending.hold(self.redis)
+            if pending is None and staged is not None:
+                mem.restage(staged.ops)  # nothing sent: still this object's to apply
+                raise StoreUnavailable(
+                    "Redis could not be reached to write the deferred memory writes",
+                    agent_id=agent.agent_id,
+                )
+
+        def send() -> None:
+            # the Redis copies (and deferred writes) are built and sent while PostgreSQL
+            # executes and commits the insert, and read back after: the two round trips
+            # and this work overlap. Restore trusts a copy only at PostgreSQL's newest
+            # sequence, so a copy of a checkpoint that then fails to commit is never used.
+            nonlocal copies
+            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, enc.packed), cp.seq,
+                      self.backup_ttl_ms)  # fmt: skip
+            copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
             if pending is not None:
+                pending.send_now(self._cache_commands(snap, *copies, staged=staged))
+
+        try:
+            agent.run_status = self.rows.insert(cp, enc, snap, l1, None if quiet else send)
+        except BaseException:
+            if pending is not None and pending.count:
                 got = pending.replies()
                 if staged is not None and not isinstance(staged.again(got[0]), list):
                     mem.restage(staged.ops)  # not applied: sent again later
+            else:
+                if pending is not None:
+                    pending.release()
+                if staged is not None:  # nothing sent: still this object's to apply
+                    mem.restage(staged.ops)
             raise
         agent.checkpoint_seq = cp.seq
         agent.checkpoint_l1_keys = len(snap.memory)
         agent.checkpoint_l1 = MemoryMark(snap.seq, snap.hash, snap.epoch)
         mem.written -= written
-        replies = pending.replies() if pending is not None else None
-        if staged is not None and replies is not None:
+        replies = pending.replies() if pending is not None and pending.count else None
+        if staged is not None:
+            if replies is None:  # their send failed once the insert had gone out
+                replies = [redis.ConnectionError("the deferred writes could not be sent")] * 2
             replies[0] = staged.again(replies[0])
             if not staged.applied(replies[0]):
                 self._not_applied(cp, mem, snap, copies, staged, replies)
@@ -350,17 +366,17 @@ class AgentCheckpointer(CheckpointReads):
                 analysis_id=agent.analysis_id,
             )
 
-    def _send_cache(
+    def _cache_commands(
         self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed, staged: Staged | None = None
-    ) -> Pending | None:
-        """Send the script that writes the Redis copies, without waiting for its reply;
-        with ``staged``, the deferred writes' script first, on the same connection."""
+    ) -> list[tuple[Any, ...]]:
+        """The script call that writes the Redis copies; with ``staged``, the deferred
+        writes' script call before it (sent on the same connection, so run first)."""
         keys_, args = self.snapshotter.cache_call(snap, meta, backup)
         cache = ("EVALSHA", self._cache_sha, len(keys_), *keys_, *args)
         if staged is None:
-            return Pending.send(self.redis, *cache)
+            return [cache]
         head, bkeys, bargs = staged.mem.batch_call(staged.ops)
-        return Pending.send_all(self.redis, [(*head, *bkeys, *bargs), cache])
+        return [(*head, *bkeys, *bargs), cache]
 
     def _cache(
         self,

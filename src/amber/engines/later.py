@@ -36,6 +36,15 @@ class Pending:
     def send_all(cls, client: redis.Redis, commands: list[tuple[Any, ...]]) -> Pending | None:
         """Send ``commands`` in one write on one connection, so Redis runs them in this
         order, without waiting for their replies; None as for :meth:`send`."""
+        pending = cls.hold(client)
+        if pending is None or not pending.send_now(commands):
+            return None
+        return pending
+
+    @classmethod
+    def hold(cls, client: redis.Redis) -> Pending | None:
+        """A connection of ``client``'s, taken now for commands sent later
+        (:meth:`send_now`); None when there is none to take (no pool, no connection)."""
         pool: redis.ConnectionPool | None = getattr(client, "connection_pool", None)
         if pool is None:
             return None
@@ -43,13 +52,25 @@ class Pending:
             conn = pool.get_connection()
         except (redis.RedisError, OSError):
             return None
+        return cls(pool, conn, 0)
+
+    def send_now(self, commands: list[tuple[Any, ...]]) -> bool:
+        """Send ``commands`` on the held connection in one write; False (and the
+        connection given back, dropped) when it could not be sent. Once only."""
         try:
-            conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            self.conn.send_packed_command(self.conn.pack_commands(commands))  # type: ignore[no-untyped-call]
         except (redis.RedisError, OSError):
-            conn.disconnect()  # type: ignore[no-untyped-call]
-            pool.release(conn)
-            return None
-        return cls(pool, conn, len(commands))
+            self.conn.disconnect()  # type: ignore[no-untyped-call]
+            self.release()
+            return False
+        self.count = len(commands)
+        return True
+
+    def release(self) -> None:
+        """Give the connection back with nothing sent on it (or nothing more to read)."""
+        if not self.done:
+            self.done = True
+            self.pool.release(self.conn)
 
     def reply(self) -> Any:
         """The reply of the one command sent (see :meth:`replies`); a lost connection

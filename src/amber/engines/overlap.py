@@ -1,0 +1,189 @@
+"""One statement whose round trip other work overlaps: sent, then waited for later.
+
+psycopg's ``execute`` sends a statement and waits for its answer in one call, so any
+work the caller has left (building and sending the Redis copies of a checkpoint) comes
+before or after the round trip, never inside it. :class:`Overlapped` sends the statement
+with libpq directly (``Connection.pgconn``, psycopg's documented way to features it does
+not wrap), prepared once per connection, and runs the caller's work while PostgreSQL
+executes and commits it.
+
+It serves statements whose parameters are all cast in the SQL (``%(name)s::type``): each
+goes as text, bytes as binary, and the server takes the type from the cast.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import select
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def _numbered(query: str) -> tuple[bytes, list[str]]:
+    """``query`` with its ``%(name)s`` placeholders as ``$n`` (one per name), and the
+    names in their numbers' order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _PLACEHOLDER.sub(number, query).encode(), names
+
+
+def _param(value: object) -> tuple[bytes | None, int]:
+    """One parameter as libpq sends it: (bytes, format), 0 text and 1 binary."""
+    if value is None:
+        return None, 0
+    if isinstance(value, bytes):
+        return value, 1
+    if isinstance(value, str):
+        if "\x00" in value:  # libpq sends text as a C string: it would end there
+            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+        return value.encode(), 0
+    if isinstance(value, bool):
+        return (b"t" if value else b"f"), 0
+    if isinstance(value, int | float):
+        return repr(value).encode(), 0
+    if isinstance(value, datetime.datetime):
+        return value.isoformat().encode(), 0
+    raise psycopg.DataError(f"cannot send a {type(value).__name__} as a parameter")
+
+
+def _raise(result: pq.abc.PGresult) -> None:
+    """The psycopg exception of a failed result, raised: the server's error by its
+    SQLSTATE, and one libpq made itself (a lost connection: no SQLSTATE) as
+    ``OperationalError``, as psycopg raises it."""
+    code = result.error_field(pq.DiagnosticField.SQLSTATE)
+    message = (result.error_message or b"").decode(errors="replace").strip()
+    cls: type[psycopg.Error] = psycopg.OperationalError
+    if code:
+        try:
+            cls = psycopg.errors.lookup(code.decode())
+        except KeyError:
+            cls = psycopg.DatabaseError
+    raise cls(message)
+
+
+_NOT_PREPARED = b"26000"
+"""invalid_sql_statement_name: the prepared statement is gone (``DEALLOCATE ALL``)."""
+_ALREADY_PREPARED = b"42P05"
+"""duplicate_prepared_statement: prepared on this session already."""
+
+
+class Overlapped:
+    """A statement (``%(name)s`` placeholders, every one cast in the SQL) run with other
+    work inside its round trip; prepared on each connection the first time it runs there."""
+
+    def __init__(self, name: str, query: str) -> None:
+        self.name = name.encode()
+        self.query, self.names = _numbered(query)
+        self._prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], bool] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @staticmethod
+    def usable(conn: psycopg.Connection[Any]) -> bool:
+        """Whether ``conn`` can run it: in autocommit, idle, speaking UTF-8."""
+        return (
+            conn.autocommit
+            and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+            and conn.info.encoding == "utf-8"
+        )
+
+    def run(
+        self,
+        conn: psycopg.Connection[Any],
+        params: Mapping[str, object],
+        during: Callable[[], None],
+    ) -> tuple[bytes | None, ...] | None:
+        """Send the statement on ``conn`` (see :meth:`usable`), run ``during`` while
+        PostgreSQL executes and commits it, and return its first row as text (None: no
+        row). ``during`` runs once, after the statement went out; by then the statement
+        may have committed, so ``during`` is work that need not decide whether it does.
+        Bad parameters raise ``psycopg.DataError`` before anything is sent; a statement
+        that fails raises its psycopg error, after ``during`` ran."""
+        values: list[bytes | None] = []
+        formats: list[int] = []
+        try:
+            for name in self.names:
+                value, fmt = _param(params[name])
+                values.append(value)
+                formats.append(fmt)
+        except UnicodeEncodeError as exc:
+            raise psycopg.DataError(f"a parameter is not valid text: {exc}") from None
+        pgconn = conn.pgconn
+        if conn not in self._prepared:
+            self._prepare(conn)
+        self._send(pgconn, values, formats)
+        try:
+            during()
+        except BaseException:
+            self._result(pgconn)  # the connection is left ready for its next statement
+            raise
+        result = self._result(pgconn)
+        if result.status == pq.ExecStatus.FATAL_ERROR and (
+            result.error_field(pq.DiagnosticField.SQLSTATE) == _NOT_PREPARED
+        ):  # refused before it ran: prepare it again and send it once more
+            self._prepare(conn)
+            self._send(pgconn, values, formats)
+            result = self._result(pgconn)
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            _raise(result)
+        if result.ntuples == 0:
+            return None
+        return tuple(result.get_value(0, i) for i in range(result.nfields))
+
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        result = conn.pgconn.prepare(self.name, self.query)
+        code = result.error_field(pq.DiagnosticField.SQLSTATE)
+        if result.status == pq.ExecStatus.FATAL_ERROR and code != _ALREADY_PREPARED:
+            _raise(result)
+        self._prepared[conn] = True
+
+    def _send(self, pgconn: pq.abc.PGconn, values: list[bytes | None], formats: list[int]) -> None:
+        pgconn.send_query_prepared(self.name, values, formats)
+        while pgconn.flush():
+            _wait(pgconn.socket, write=True)
+
+    @staticmethod
+    def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
+        """The statement's result, once every result of it has arrived (the first
+        failure's when there are several)."""
+        first: pq.abc.PGresult | None = None
+        while True:
+            pgconn.consume_input()
+            while pgconn.is_busy():
+                _wait(pgconn.socket, write=False)
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                if first is None:
+                    raise psycopg.OperationalError("PostgreSQL sent no result")
+                return first
+            if first is None or (
+                result.status == pq.ExecStatus.FATAL_ERROR
+                and first.status != pq.ExecStatus.FATAL_ERROR
+            ):
+                first = result
+
+
+def _wait(fd: int, write: bool) -> None:
+    """Block until ``fd`` is ready to read (or write)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT if write else select.POLLIN)
+        poller.poll()
+    elif write:
+        select.select([], [fd], [])
+    else:
+        select.select([fd], [], [])

@@ -1,0 +1,109 @@
+"""``engines/overlap.Overlapped``: a statement sent, other work done in its round trip,
+its result read after; on a real PostgreSQL connection of the stack's pool."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import amber
+from amber.engines.overlap import Overlapped
+
+INSERT = """
+INSERT INTO overlap_t (k, n, f, at, blob, flag, note)
+SELECT %(k)s::text, %(n)s::bigint, %(f)s::float8, %(at)s::timestamptz, %(blob)s::bytea,
+    %(flag)s::boolean, %(note)s::text
+WHERE NOT EXISTS (SELECT 1 FROM overlap_t WHERE k = %(k)s)
+RETURNING n, note
+"""
+
+
+@pytest.fixture
+def conn(stack: amber.Stack) -> Iterator[psycopg.Connection[object]]:
+    with stack.pg.connection() as c:
+        c.execute(
+            "CREATE TABLE IF NOT EXISTS overlap_t (k TEXT PRIMARY KEY, n BIGINT, f FLOAT8,"
+            " at TIMESTAMPTZ, blob BYTEA, flag BOOLEAN, note TEXT)"
+        )
+        yield c
+
+
+def _params(**over: object) -> dict[str, object]:
+    params: dict[str, object] = {
+        "k": uuid.uuid4().hex,
+        "n": 2**40,
+        "f": 0.1,
+        "at": datetime.datetime(2026, 11, 27, 12, 30, tzinfo=datetime.UTC),
+        "blob": b"\x00\xff" * 10,
+        "flag": True,
+        "note": "café",
+    }
+    return params | over
+
+
+def test_work_runs_inside_the_round_trip_and_the_row_is_stored_as_sent(
+    conn: psycopg.Connection[object],
+) -> None:
+    stmt = Overlapped("amber_test_overlap", INSERT)
+    ran: list[str] = []
+    params = _params()
+    row = stmt.run(conn, params, lambda: ran.append("during"))
+    assert ran == ["during"] and row == (str(2**40).encode(), "café".encode())
+    got = conn.execute(
+        "SELECT n, f, at, blob, flag, note FROM overlap_t WHERE k = %s", (params["k"],)
+    ).fetchone()
+    assert got == (2**40, 0.1, params["at"], params["blob"], True, "café")
+    assert stmt.run(conn, params, lambda: None) is None  # the WHERE refused it: no row
+
+
+def test_a_null_parameter_and_a_prepared_statement_dropped_under_it(
+    conn: psycopg.Connection[object],
+) -> None:
+    stmt = Overlapped("amber_test_overlap_again", INSERT)
+    assert stmt.run(conn, _params(note=None), lambda: None) == (str(2**40).encode(), None)
+    conn.execute("DEALLOCATE ALL")  # as psycopg does after some statements
+    calls: list[int] = []
+    assert stmt.run(conn, _params(), lambda: calls.append(1)) is not None
+    assert calls == [1]  # prepared and sent again, the work done once
+
+
+def test_bad_input_is_a_psycopg_error_and_leaves_the_connection_usable(
+    conn: psycopg.Connection[object],
+) -> None:
+    stmt = Overlapped("amber_test_overlap_bad", INSERT)
+    with pytest.raises(psycopg.DataError, match="cannot send a list"):
+        stmt.run(conn, _params(note=["x"]), lambda: None)
+    with pytest.raises(psycopg.DataError, match="not valid text"):
+        stmt.run(conn, _params(note="\ud800"), lambda: None)
+    with pytest.raises(psycopg.DataError, match="NUL"):  # libpq would cut it there
+        stmt.run(conn, _params(note="a\x00b"), lambda: None)
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        stmt.run(conn, _params(n=2**70), lambda: None)
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_work_that_raises_propagates_after_the_statement_finished(
+    conn: psycopg.Connection[object],
+) -> None:
+    """The statement may have committed by then: the work's error is raised, and the
+    connection is ready for the next statement."""
+    stmt = Overlapped("amber_test_overlap_raise", INSERT)
+    params = _params()
+
+    def boom() -> None:
+        raise KeyError("during")
+
+    with pytest.raises(KeyError):
+        stmt.run(conn, params, boom)
+    assert conn.execute("SELECT count(*) FROM overlap_t WHERE k = %s", (params["k"],)).fetchone()
+    assert Overlapped.usable(conn)
+
+
+def test_a_connection_in_a_transaction_is_not_usable(conn: psycopg.Connection[object]) -> None:
+    with conn.transaction():
+        assert not Overlapped.usable(conn)
+    assert Overlapped.usable(conn)

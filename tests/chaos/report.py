@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 KILL_ROWS = (
     ("subtask", "kills: during a subtask"),
-    ("commit", "kills: between PostgreSQL commit and Redis write"),
+    ("commit", "kills: around a PostgreSQL commit, before its Redis write"),
     ("pause", "kills: during a pause"),
     ("recovery", "kills: during resume-recovery"),
     ("other", "kills: before the first subtask (connect, build agents)"),

@@ -7,8 +7,9 @@ durability mode drawn at random (hybrid, checkpoint, wal). A round applies one
 fault to the analysis in progress, in fresh child processes:
 
 * ``kill``     the child running (or resuming) it is SIGKILLed after a random delay;
-* ``commit``   the child kills itself at its n-th checkpoint, between the
-               PostgreSQL commit and the Redis write;
+* ``commit``   the child kills itself at its n-th checkpoint, right after the
+               PostgreSQL commit, or once the insert went out but before the Redis
+               copies did (the commit may land or not);
 * ``flush``    the run's Redis keys are deleted while the child runs (every mode);
 * ``restart``  Redis is restarted, empty, while the child runs (every mode);
 * ``pause``    another child pauses the analysis while the runner works, either

@@ -27,7 +27,7 @@ def test_the_table_names_every_measure_the_seed_and_the_replay() -> None:
     assert "| seed " in text and "1234" in text
     assert "replay: python -m tests.chaos.rounds --rounds 200 --seed 1234 --modes wal" in text
     assert dict(tally.rows())["re-executions of committed subtasks"] == "0"
-    assert dict(tally.rows())["kills: between PostgreSQL commit and Redis write"] == "3"
+    assert dict(tally.rows())["kills: around a PostgreSQL commit, before its Redis write"] == "3"
     assert tally.ok
     tally.analyses["a"].duplicate_calls = 1
     assert not tally.ok and tally.failure_counts()["duplicate_calls"] == 1

@@ -54,8 +54,8 @@ class Order:
     prefix: str
     ledger: str
     cache_kill_at: int = 0
-    """Kill this process at the n-th checkpoint, between its PostgreSQL commit and its
-    Redis write (0: never)."""
+    """Kill this process at the n-th checkpoint, around its PostgreSQL commit (see
+    ``kill_after_commit``; 0: never)."""
 
     def to_json(self) -> str:
         """One line."""
@@ -114,22 +114,26 @@ def install(stack: amber.Stack, order: Order, ledger: Ledger) -> None:
 
 
 def kill_after_commit(stack: amber.Stack, n: int, ledger: Ledger) -> None:
-    """SIGKILL this process in its n-th checkpoint, right after the PostgreSQL commit
-    (``AgentCheckpointer._cache``, called once per checkpoint after it): the Redis
-    copies' reply unread, and their slow-path write, when they needed one, not made."""
+    """SIGKILL this process in its n-th checkpoint, around the PostgreSQL commit. An odd
+    ``n`` dies right after it (``AgentCheckpointer._cache``, called once per checkpoint
+    after the commit): the Redis copies' reply unread, and their slow-path write, when
+    they needed one, not made. An even ``n`` dies as the copies are built, once the
+    insert went out (``_cache_commands``): PostgreSQL may commit it or not, and Redis
+    gets nothing of that save."""
     cp = stack.checkpointer
-    cache = cp._cache
+    name = "_cache" if n % 2 else "_cache_commands"
+    real = getattr(cp, name)
     seen = 0
 
-    def cache_or_die(*args: Any) -> None:
+    def or_die(*args: Any, **kwargs: Any) -> Any:
         nonlocal seen
         seen += 1
         if seen == n:
             ledger.write(CACHEKILL, seen)
             os.kill(os.getpid(), signal.SIGKILL)
-        cache(*args)
+        return real(*args, **kwargs)
 
-    cp._cache = cache_or_die  # type: ignore[method-assign]
+    setattr(cp, name, or_die)
 
 
 def act(stack: amber.Stack, order: Order, ledger: Ledger) -> dict[str, Any]:

@@ -4,6 +4,7 @@ its result read after; on a real PostgreSQL connection of the stack's pool."""
 from __future__ import annotations
 
 import datetime
+import enum
 import uuid
 from collections.abc import Iterator
 
@@ -30,6 +31,10 @@ def conn(stack: amber.Stack) -> Iterator[psycopg.Connection[object]]:
             " at TIMESTAMPTZ, blob BYTEA, flag BOOLEAN, note TEXT)"
         )
         yield c
+
+
+class Level(enum.IntEnum):
+    HIGH = 2
 
 
 def _params(**over: object) -> dict[str, object]:
@@ -107,3 +112,22 @@ def test_a_connection_in_a_transaction_is_not_usable(conn: psycopg.Connection[ob
     with conn.transaction():
         assert not Overlapped.usable(conn)
     assert Overlapped.usable(conn)
+
+
+def test_without_prepared_statements_it_sends_the_statement_whole(
+    conn: psycopg.Connection[object],
+) -> None:
+    """``prepare_threshold=None`` (a pooler that keeps no prepared statements): the
+    statement is parsed with each execution, never prepared by name."""
+    stmt = Overlapped("amber_test_overlap_unnamed", INSERT)
+    conn.prepare_threshold = None
+    try:
+        assert stmt.run(conn, _params(n=Level.HIGH), lambda: None) == (b"2", "café".encode())
+        assert stmt.run(conn, _params(), lambda: None) is not None
+        named = conn.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name = %s",
+            ("amber_test_overlap_unnamed",),
+        ).fetchone()
+    finally:
+        conn.prepare_threshold = 5
+    assert named == (0,)

@@ -19,6 +19,7 @@ import amber
 from amber.engines.later import Pending
 from amber.errors import CheckpointConflict, Fenced, MemoryLost, StoreUnavailable, WrongType
 from amber.memory import AgentMemory, known, read_memory
+from amber.memory.recovery import MemoryMark
 
 from ..conftest import on_cluster
 from .conftest import Writer, exact, save_step
@@ -182,6 +183,54 @@ def test_staged_writes_whose_send_fails_once_the_insert_went_out_are_in_the_chec
     report = stack.recovery.recover_agent_state(aid, agent.analysis_id, Writer.agent_type)
     assert report.verified
     assert read_memory(stack.redis, stack.keys, aid).memory["a"].value == b"two"
+
+
+@OVERLAPPED
+@pytest.mark.parametrize("where", ["_cache_commands", "meta"])
+@pytest.mark.parametrize("deferred", [False, True])
+def test_work_that_fails_once_the_insert_went_out_never_fails_a_committed_save_silently(
+    stack: amber.Stack,
+    uid: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    deferred: bool,
+) -> None:
+    """Building the copies raises after the insert went out (a bug, say): the checkpoint
+    is committed, so the save must not report it as not written. Without deferred writes
+    it returns, and the copies are written after the commit; with them it raises
+    ``MemoryLost``, and the memory recovered from the checkpoint holds them."""
+    agent = _saved_agent(stack, uid)
+    mem, aid = agent.l1_cache, agent.agent_id
+    with mem.batch(defer=deferred) as b:
+        b.set("a", "two")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("broken")
+
+    owner = stack.checkpointer if where == "_cache_commands" else stack.checkpointer.snapshotter
+    monkeypatch.setattr(owner, where, broken)
+    if deferred:
+        with pytest.raises(MemoryLost, match="is in PostgreSQL with the writes deferred to it"):
+            save_step(stack, agent)
+    else:
+        save_step(stack, agent)
+    monkeypatch.undo()
+    assert stack.checkpointer.heads(agent.analysis_id) == {Writer.agent_type: agent.checkpoint_seq}
+    restored = stack.checkpointer.restore_checkpoint(
+        agent.analysis_id, Writer.agent_type, agent_id=aid
+    )
+    assert restored.checkpoint.seq == agent.checkpoint_seq
+    if deferred:  # as a run recovers: to the memory of the checkpoint it continues from
+        c = restored.checkpoint
+        want = MemoryMark(c.l1_snapshot_seq, c.l1_snapshot_hash, c.l1_snapshot_epoch)
+        report = stack.recovery.recover_agent_state(
+            aid, agent.analysis_id, Writer.agent_type, want=want
+        )
+        assert report.verified and report.path != "l1_existing"
+    assert read_memory(stack.redis, stack.keys, aid).memory["a"].value == b"two"
+    cp = save_step(stack, agent)  # the next save goes on from it
+    assert cp.seq == restored.checkpoint.seq + 1
+    exact(stack, aid)
 
 
 @OVERLAPPED

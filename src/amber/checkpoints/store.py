@@ -191,12 +191,20 @@ class AgentCheckpointer(CheckpointReads):
             # executes and commits the insert, and read back after: the two round trips
             # and this work overlap. Restore trusts a copy only at PostgreSQL's newest
             # sequence, so a copy of a checkpoint that then fails to commit is never used.
+            # The insert may have committed by now, so nothing here may fail the save:
+            # whatever goes wrong counts as copies not sent (written again after the
+            # commit, or, for deferred writes, MemoryLost).
             nonlocal copies
-            backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, enc.packed), cp.seq,
-                      self.backup_ttl_ms)  # fmt: skip
-            copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
-            if pending is not None:
-                pending.send_now(self._cache_commands(snap, *copies, staged=staged))
+            try:
+                backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, enc.packed),
+                          cp.seq, self.backup_ttl_ms)  # fmt: skip
+                copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
+                if pending is not None:
+                    pending.send_now(self._cache_commands(snap, *copies, staged=staged))
+            except Exception:
+                log.exception("the Redis copies of checkpoint %s were not sent", cp.seq)
+                if pending is not None:
+                    pending.drop()
 
         try:
             agent.run_status = self.rows.insert(cp, enc, snap, l1, None if quiet else send)
@@ -224,9 +232,12 @@ class AgentCheckpointer(CheckpointReads):
                 self._not_applied(cp, mem, snap, copies, staged, replies)
                 observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
                 return cp
-        self.snapshotter.remember(
-            snap, cp.seq if l1 else None, l1.chain if l1 else 0, private=private
-        )
+        if quiet or copies is not None:
+            self.snapshotter.remember(
+                snap, cp.seq if l1 else None, l1.chain if l1 else 0, private=private
+            )
+        else:  # the copies could not even be built (see send): nothing known of Redis's
+            self.snapshotter.forget(cp.agent_id)
         if dual and self.journal is not None:
             self._compact_log(cp)
         self._cache(cp, snap, copies, (lambda: replies[-1]) if replies else _unsent)

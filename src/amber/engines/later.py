@@ -57,20 +57,27 @@ class Pending:
     def send_now(self, commands: list[tuple[Any, ...]]) -> bool:
         """Send ``commands`` on the held connection in one write; False (and the
         connection given back, dropped) when it could not be sent. Once only."""
+        self.count = len(commands)  # counted first: a reply may be due from here on
         try:
             self.conn.send_packed_command(self.conn.pack_commands(commands))  # type: ignore[no-untyped-call]
         except (redis.RedisError, OSError):
-            self.conn.disconnect()  # type: ignore[no-untyped-call]
-            self.release()
+            self.drop()
             return False
-        self.count = len(commands)
         return True
 
     def release(self) -> None:
-        """Give the connection back with nothing sent on it (or nothing more to read)."""
+        """Give the connection back with nothing sent on it."""
         if not self.done:
             self.done = True
             self.pool.release(self.conn)
+
+    def drop(self) -> None:
+        """Give the connection back disconnected, whatever was sent on it: no reply is
+        read from it. Nothing is due any more."""
+        if not self.done:
+            self.conn.disconnect()  # type: ignore[no-untyped-call]
+            self.count = 0
+            self.release()
 
     def reply(self) -> Any:
         """The reply of the one command sent (see :meth:`replies`); a lost connection

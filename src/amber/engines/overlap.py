@@ -52,26 +52,23 @@ def _param(value: object) -> tuple[bytes | None, int]:
         return value.encode(), 0
     if isinstance(value, bool):
         return (b"t" if value else b"f"), 0
-    if isinstance(value, int | float):
-        return repr(value).encode(), 0
+    if isinstance(value, int):
+        return int.__repr__(value).encode(), 0  # an IntEnum's value, not its repr
+    if isinstance(value, float):
+        return float.__repr__(value).encode(), 0
     if isinstance(value, datetime.datetime):
         return value.isoformat().encode(), 0
     raise psycopg.DataError(f"cannot send a {type(value).__name__} as a parameter")
 
 
 def _raise(result: pq.abc.PGresult) -> None:
-    """The psycopg exception of a failed result, raised: the server's error by its
-    SQLSTATE, and one libpq made itself (a lost connection: no SQLSTATE) as
-    ``OperationalError``, as psycopg raises it."""
-    code = result.error_field(pq.DiagnosticField.SQLSTATE)
+    """The psycopg exception of a failed result, raised as psycopg raises it: the
+    server's error by its SQLSTATE (with its diagnostics), and one libpq made itself (a
+    lost connection: no SQLSTATE) as ``OperationalError``."""
+    if result.error_field(pq.DiagnosticField.SQLSTATE):
+        raise psycopg.errors.error_from_result(result)
     message = (result.error_message or b"").decode(errors="replace").strip()
-    cls: type[psycopg.Error] = psycopg.OperationalError
-    if code:
-        try:
-            cls = psycopg.errors.lookup(code.decode())
-        except KeyError:
-            cls = psycopg.DatabaseError
-    raise cls(message)
+    raise psycopg.OperationalError(message or "the connection to PostgreSQL was lost")
 
 
 _NOT_PREPARED = b"26000"
@@ -122,9 +119,10 @@ class Overlapped:
         except UnicodeEncodeError as exc:
             raise psycopg.DataError(f"a parameter is not valid text: {exc}") from None
         pgconn = conn.pgconn
-        if conn not in self._prepared:
+        named = conn.prepare_threshold is not None  # None: the pool may not keep them
+        if named and conn not in self._prepared:
             self._prepare(conn)
-        self._send(pgconn, values, formats)
+        self._send(pgconn, values, formats, named)
         try:
             during()
         except BaseException:
@@ -135,7 +133,7 @@ class Overlapped:
             result.error_field(pq.DiagnosticField.SQLSTATE) == _NOT_PREPARED
         ):  # refused before it ran: prepare it again and send it once more
             self._prepare(conn)
-            self._send(pgconn, values, formats)
+            self._send(pgconn, values, formats, named)
             result = self._result(pgconn)
         if result.status != pq.ExecStatus.TUPLES_OK:
             _raise(result)
@@ -150,10 +148,18 @@ class Overlapped:
             _raise(result)
         self._prepared[conn] = True
 
-    def _send(self, pgconn: pq.abc.PGconn, values: list[bytes | None], formats: list[int]) -> None:
-        pgconn.send_query_prepared(self.name, values, formats)
+    def _send(
+        self, pgconn: pq.abc.PGconn, values: list[bytes | None], formats: list[int], named: bool
+    ) -> None:
+        """Send it (prepared, or ``named`` False: parsed with this execution), flushing as
+        libpq asks: waiting to write, and taking in what the server sends meanwhile."""
+        if named:
+            pgconn.send_query_prepared(self.name, values, param_formats=formats)
+        else:
+            pgconn.send_query_params(self.query, values, param_formats=formats)
         while pgconn.flush():
-            _wait(pgconn.socket, write=True)
+            if _wait(pgconn.socket, write=True):
+                pgconn.consume_input()
 
     @staticmethod
     def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
@@ -177,13 +183,13 @@ class Overlapped:
                 first = result
 
 
-def _wait(fd: int, write: bool) -> None:
-    """Block until ``fd`` is ready to read (or write)."""
+def _wait(fd: int, write: bool) -> bool:
+    """Block until ``fd`` is ready to read (or, with ``write``, to read or write);
+    whether it is ready to read."""
     if hasattr(select, "poll"):
         poller = select.poll()
-        poller.register(fd, select.POLLOUT if write else select.POLLIN)
-        poller.poll()
-    elif write:
-        select.select([], [fd], [])
-    else:
-        select.select([fd], [], [])
+        poller.register(fd, select.POLLIN | (select.POLLOUT if write else 0))
+        return any(ev & (select.POLLIN | select.POLLHUP | select.POLLERR)
+                   for _, ev in poller.poll())  # fmt: skip
+    readable, _, _ = select.select([fd], [fd] if write else [], [])
+    return bool(readable)

@@ -4,8 +4,9 @@ psycopg's ``execute`` sends a statement and waits for its answer in one call, so
 work the caller has left (building and sending the Redis copies of a checkpoint) comes
 before or after the round trip, never inside it. :class:`Overlapped` sends the statement
 with libpq directly (``Connection.pgconn``, psycopg's documented way to features it does
-not wrap), prepared once per connection, and runs the caller's work while PostgreSQL
-executes and commits it.
+not wrap), prepared once per connection (or, where the connection's
+``prepare_threshold`` is None, as a pooler in transaction mode needs, parsed with each
+execution), and runs the caller's work while PostgreSQL executes and commits it.
 
 It serves statements whose parameters are all cast in the SQL (``%(name)s::type``): each
 goes as text, bytes as binary, and the server takes the type from the cast.

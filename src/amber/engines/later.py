@@ -2,8 +2,10 @@
 (a PostgreSQL commit, the next put) overlaps it instead of following it.
 
 The command goes out on a connection of its own, taken from the client's pool and held
-until its reply is read. A cluster client has no single pool: ``send`` then returns
-None and the caller makes the call the ordinary way.
+until its reply is read. ``hold`` takes that connection before the commands are known
+(``send_now`` sends them later), so a caller can learn Redis is unreachable before doing
+anything it cannot take back. A cluster client has no single pool: ``send`` and
+``hold`` then return None and the caller makes the call the ordinary way.
 """
 
 from __future__ import annotations
@@ -30,14 +32,8 @@ class Pending:
     def send(cls, client: redis.Redis, *command: Any) -> Pending | None:
         """Send ``command`` without waiting for its reply; None when it could not be sent
         (no pool, no connection, a failed send): the caller makes the call itself."""
-        return cls.send_all(client, [command])
-
-    @classmethod
-    def send_all(cls, client: redis.Redis, commands: list[tuple[Any, ...]]) -> Pending | None:
-        """Send ``commands`` in one write on one connection, so Redis runs them in this
-        order, without waiting for their replies; None as for :meth:`send`."""
         pending = cls.hold(client)
-        if pending is None or not pending.send_now(commands):
+        if pending is None or not pending.send_now([command]):
             return None
         return pending
 

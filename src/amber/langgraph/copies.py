@@ -39,7 +39,6 @@ class CopyCache:
     serializing them again."""
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
         self._copies: BytesLRU[tuple[str, str], Copy] = BytesLRU(max_bytes, max_bytes // 4)
 
     def get(self, key: tuple[str, str]) -> Copy | None:

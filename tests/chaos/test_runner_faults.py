@@ -37,28 +37,32 @@ from amber.checkpoints.store import AgentCheckpointer
 import amber.examples  # registers the example analysts
 import tests.chaos.agents  # registers GateAgent
 
-aid, durability, kill_at_commit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+aid, durability, kill_at_commit, at = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if kill_at_commit:
     commits = [0]
-    original = AgentCheckpointer._cache
+    original = getattr(AgentCheckpointer, at)
 
     def cache(self, *args, **kwargs):
         commits[0] += 1
-        if commits[0] == kill_at_commit:  # PostgreSQL has committed; Redis has not
+        if commits[0] == kill_at_commit:  # at _cache: PostgreSQL has committed, Redis has not
             os.kill(os.getpid(), signal.SIGKILL)
         return original(self, *args, **kwargs)
 
-    AgentCheckpointer._cache = cache
+    setattr(AgentCheckpointer, at, cache)
 with amber.connect(durability=durability) as stack:
     results = stack.coordinator.run(aid)
     print(" ".join(f"{t}={r.status}" for t, r in results.items()), flush=True)
 """
 
 
-def _child(aid: str, durability: str = "hybrid", kill_at_commit: int = 0) -> subprocess.Popen[str]:
+def _child(
+    aid: str, durability: str = "hybrid", kill_at_commit: int = 0, at: str = "_cache"
+) -> subprocess.Popen[str]:
+    """A runner of ``aid``, SIGKILLed at its ``kill_at_commit``-th call of the
+    checkpointer's method ``at`` (0: never)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, ROOT]))
     return subprocess.Popen(
-        [sys.executable, "-c", RUN, aid, durability, str(kill_at_commit)],
+        [sys.executable, "-c", RUN, aid, durability, str(kill_at_commit), at],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -120,6 +124,31 @@ def test_kill_between_the_postgresql_commit_and_the_redis_write(
     assert len(starts) + len(committed) == 13
     for cls in ANALYSTS:
         _assert_one_chain(stack, aid, cls.agent_type)
+
+
+@pytest.mark.parametrize("durability", ["hybrid", "checkpoint"])
+def test_kill_as_the_redis_copies_are_built_never_rolls_back(
+    stack: amber.Stack, durability: str
+) -> None:
+    """Killed as a save builds its Redis copies: in ``checkpoint`` mode the insert went out
+    first (its row holds the memory); in ``hybrid`` the row does not, so the copies go out
+    first and nothing is committed yet. Either way the memory of every committed
+    checkpoint can be rebuilt: the resume rolls nothing back and repeats nothing."""
+    market = MarketDataClient()
+    co = stack.coordinator.using(market)
+    aid = co.start_analysis("AAPL", ANALYSTS, preserve=True)
+    child = _child(aid, durability, kill_at_commit=5, at="_cache_commands")
+    child.communicate(timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    committed = _settled(stack, aid)
+    starts: list[tuple[str, str]] = []
+    co.on_subtask_start = lambda agent, name: starts.append((agent.agent_type, name))
+    report = PauseManager(stack.analyses, co).resume(aid)
+    assert all(r.status == "completed" for r in report.results.values())
+    rolled = [e["detail"] for e in stack.analyses.timeline(aid) if e["kind"] == "rolled_back"]
+    assert not rolled
+    assert not committed & set(starts), "a subtask whose checkpoint had committed ran again"
+    assert len(starts) + len(committed) == 13
 
 
 def _seqs(stack: amber.Stack, aid: str, agent_type: str) -> list[int]:

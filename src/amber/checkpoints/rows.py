@@ -76,7 +76,7 @@ class CheckpointRows:
         enc: Encoded,
         snap: Snapshot,
         l1: L1Row | None,
-        during: Callable[[], None] | None = None,
+        during: Callable[[], object] | None = None,
     ) -> str | None:
         """Add checkpoint ``cp.seq``: a compare-and-set insert, fenced by the analysis's
         lease; returns the analysis's status (None: no such row). A delta whose base row
@@ -112,7 +112,7 @@ class CheckpointRows:
         return None if row[1] is None else str(row[1])
 
     def _insert(
-        self, cp: Checkpoint, params: dict[str, object], during: Callable[[], None] | None = None
+        self, cp: Checkpoint, params: dict[str, object], during: Callable[[], object] | None = None
     ) -> tuple[object, ...] | None:
         try:
             with self.pg.connection() as conn:

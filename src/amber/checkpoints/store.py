@@ -5,10 +5,12 @@ sequence (``schema/sql.py``): a writer that continued from an older checkpoint
 than the newest gets ``CheckpointConflict`` and writes nothing. While PostgreSQL
 executes and commits that insert, one Lua script is sent that writes the Redis
 copies (the checkpoint backup and the L1 snapshot secondary), each only over an
-older copy. A crash before it reaches Redis leaves Redis one checkpoint behind,
-which restore notices: PostgreSQL is the authority, and the backup is used only
-when it names the sequence of the newest committed row. Where the durability mode
-(or a pause) asks for it, the L1 snapshot goes into the same PostgreSQL row.
+older copy (sent before the insert instead when the row does not hold the memory,
+as in ``hybrid`` mode: Redis is then the only place it is kept). A crash before it
+reaches Redis leaves Redis one checkpoint behind, which restore notices: PostgreSQL
+is the authority, and the backup is used only when it names the sequence of the
+newest committed row. Where the durability mode (or a pause) asks for it, the L1
+snapshot goes into the same PostgreSQL row.
 """
 
 from __future__ import annotations
@@ -175,6 +177,9 @@ class AgentCheckpointer(CheckpointReads):
             raise
         copies: tuple[SnapshotMeta, Sealed] | None = None
         pending: Pending | None = None
+        # a row without the memory leaves Redis as the only place this checkpoint's memory
+        # is kept: its copies then go out before the insert, so no commit lands without them
+        first = l1 is None and not quiet
         if not quiet:
             # a Redis connection is taken before the statement goes out, so an unreachable
             # Redis refuses a save with deferred writes before anything is committed
@@ -186,28 +191,38 @@ class AgentCheckpointer(CheckpointReads):
                     agent_id=agent.agent_id,
                 )
 
-        def send() -> None:
+        def send() -> bool:
             # the Redis copies (and deferred writes) are built and sent while PostgreSQL
             # executes and commits the insert, and read back after: the two round trips
             # and this work overlap. Restore trusts a copy only at PostgreSQL's newest
             # sequence, so a copy of a checkpoint that then fails to commit is never used.
-            # The insert may have committed by now, so nothing here may fail the save:
-            # whatever goes wrong counts as copies not sent (written again after the
-            # commit, or, for deferred writes, MemoryLost).
+            # Once the insert went out it may have committed, so nothing here may fail the
+            # save: whatever goes wrong counts as copies not sent (written again after
+            # the commit, or, for deferred writes, MemoryLost). Sent ``first``, an error
+            # fails the save with nothing committed.
             nonlocal copies
             try:
                 backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, enc.packed),
                           cp.seq, self.backup_ttl_ms)  # fmt: skip
                 copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
-                if pending is not None:
-                    pending.send_now(self._cache_commands(snap, *copies, staged=staged))
+                commands = self._cache_commands(snap, *copies, staged=staged)
+                return pending is not None and pending.send_now(commands)
             except Exception:
+                if first:
+                    raise
                 log.exception("the Redis copies of checkpoint %s were not sent", cp.seq)
                 if pending is not None:
                     pending.drop()
+                return False
 
         try:
-            agent.run_status = self.rows.insert(cp, enc, snap, l1, None if quiet else send)
+            if first and not send() and staged is not None:
+                raise StoreUnavailable(
+                    "Redis could not be reached to write the deferred memory writes",
+                    agent_id=agent.agent_id,
+                )
+            during = None if quiet or first else send
+            agent.run_status = self.rows.insert(cp, enc, snap, l1, during)
         except BaseException:
             if pending is not None and pending.count:
                 got = pending.replies()

@@ -102,7 +102,7 @@ class Overlapped:
         self,
         conn: psycopg.Connection[Any],
         params: Mapping[str, object],
-        during: Callable[[], None],
+        during: Callable[[], object],
     ) -> tuple[bytes | None, ...] | None:
         """Send the statement on ``conn`` (see :meth:`usable`), run ``during`` while
         PostgreSQL executes and commits it, and return its first row as text (None: no

@@ -106,11 +106,21 @@ def test_the_hash_in_o_changes_always_equals_a_whole_read(
         stack.snapshotter.store(snap)
 
 
-def _save(stack: amber.Stack, agent: Steps) -> None:
+def _save(stack: amber.Stack, agent: Steps) -> str | None:
+    """The agent's next subtask, checkpointed with its memory; the memory's hash."""
     name = agent.next_subtask()
     assert name is not None
     agent.complete(name, agent.run_subtask(name))
-    stack.checkpointer.save_checkpoint(agent, name, dual_write=True)
+    return stack.checkpointer.save_checkpoint(agent, name, dual_write=True).l1_snapshot_hash
+
+
+def _saves_of_one_key_each(stack: amber.Stack, agent: Steps, n: int) -> list[str | None]:
+    """``n`` checkpoints, each after one more key was written; their memories' hashes."""
+    hashes = []
+    for i in range(n):
+        agent.l1_cache.set(f"k{i}", f"v{i}")
+        hashes.append(_save(stack, agent))
+    return hashes
 
 
 def _stored_is_exact(stack: amber.Stack, agent_id: str) -> None:
@@ -212,15 +222,7 @@ def test_a_corrupt_delta_falls_back_to_the_row_before_it(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:
     agent = _agent(stack, uid)
-    mem = agent.l1_cache
-    hashes = []
-    for i in range(4):
-        mem.set(f"k{i}", f"v{i}")
-        name = agent.next_subtask()
-        assert name is not None
-        agent.complete(name, agent.run_subtask(name))
-        cp = stack.checkpointer.save_checkpoint(agent, name, dual_write=True)
-        hashes.append(cp.l1_snapshot_hash)
+    hashes = _saves_of_one_key_each(stack, agent, 4)
     with stack.pg.connection() as conn:
         conn.execute(
             "UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_size = %s"
@@ -235,6 +237,35 @@ def test_a_corrupt_delta_falls_back_to_the_row_before_it(
     report = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, Steps.agent_type)
     assert report.path == "postgresql_checkpoint" and report.seq > 0
     assert read_memory(stack.redis, stack.keys, agent.agent_id).hash == hashes[1]
+
+
+def test_a_chain_is_checked_at_its_newest_row_and_an_older_row_when_it_is_asked_for(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """Folding checks the newest row's hash on the chain's result; an older row's hash is
+    checked when its snapshot is asked for (a fallback). A newest row that does not
+    match makes the fold check every row, and the chain stops before it."""
+    agent = _agent(stack, uid)
+    hashes = _saves_of_one_key_each(stack, agent, 4)
+
+    def tamper(seq: int) -> None:
+        with stack.pg.connection() as conn:
+            conn.execute(
+                "UPDATE agent_checkpoints SET l1_snapshot_hash = %s"
+                " WHERE analysis_id = %s AND seq = %s",
+                ("0" * 64, agent.analysis_id, seq),
+            )
+
+    tamper(2)
+    base, chain, error = stack.restorer._pg_chain(agent.analysis_id, Steps.agent_type)
+    assert base == 1 and error is None and len(chain) == 4
+    assert chain.loaded(-1).hash == hashes[3] and chain.loaded(2).hash == hashes[2]
+    with pytest.raises(codec.CodecError, match="row 2 does not match"):
+        chain.loaded(1)
+    tamper(4)
+    base, chain, error = stack.restorer._pg_chain(agent.analysis_id, Steps.agent_type)
+    assert len(chain) == 1 and error is not None and "row 2" in error
+    assert chain.loaded(-1).hash == hashes[0]
 
 
 def test_every_row_of_a_folded_chain_is_the_memory_that_was_saved(

@@ -20,8 +20,8 @@ from amber.checkpoints.model import Checkpoint, unseal
 from amber.checkpoints.versions import CheckpointMigrations
 from amber.errors import AmberError, CheckpointCorrupt, CheckpointNotFound, StoreUnavailable
 from amber.keys import Keys, check_id, check_uuid
+from amber.memory.chain import fold_chain
 from amber.memory.reading import redis_errors
-from amber.memory.restore import fold_chain
 from amber.memory.snapshot import elapsed_ms
 from amber.schema import sql
 

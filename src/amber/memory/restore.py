@@ -28,6 +28,7 @@ from amber.errors import (
 )
 from amber.keys import Keys, check_id, check_key, check_keys, check_uuid
 from amber.memory import scripts
+from amber.memory.chain import FoldedChain, Loaded, canon_of, fold_chain, loaded_canon
 from amber.memory.reading import redis_errors
 from amber.memory.snapshot import (
     Canon,
@@ -42,23 +43,6 @@ log = logging.getLogger("amber.memory")
 
 PG_SNAPSHOTS_TRIED = 3
 """Snapshots in PostgreSQL tried, newest first, before a restore gives up."""
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """A snapshot as read from one tier, before it is trusted."""
-
-    source: str
-    memory: dict[str, Entry]
-    hash: str
-    """The hash recorded when the snapshot was taken."""
-    seq: int
-    stored_hash: str | None = None
-    """The hash of the document as read back (None: compute it from ``memory``)."""
-    epoch: str | None = None
-    """The incarnation of the memory the snapshot was taken of."""
-    fmt: int = codec.FORMAT_VERSION
-    """The snapshot format ``hash`` was computed in."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +124,9 @@ def apply_memory(
     refused (``Fenced``) when a later run fenced the memory, else it sets the fence.
 
     Written and verified in one pass: the script returns the SHA-1 of the payload it
-    received and checks every key it wrote (type and size) and the index; a payload that
-    arrived other than sent, or a key that does not hold it, is ``ConsistencyError``.
+    received and checks every collection it wrote (its type and members) and the index;
+    a payload that arrived other than sent, or a key that does not hold it, is
+    ``ConsistencyError``. A string is stored by ``SET`` exactly as received.
 
     Keys with an own TTL in the snapshot (``ttl_ms`` > 0) get it back, still marked as
     intended; the others get ``ttl_ms``. Stale keys are those the index lists. Keys an
@@ -214,131 +199,6 @@ def _loader(found: Loader | str) -> Loader:
     return load
 
 
-def _loaded_canon(
-    source: str, canon: dict[str, Canon], total: int, recorded: str, seq: int, epoch: str | None
-) -> Loaded:
-    """A snapshot rebuilt from canonical keys (checked by ``_canon_of``) whose hash was
-    already computed: each value decoded straight from its canonical form."""
-    decode = codec.decode_value
-    memory = {n: Entry(t, decode(t, v, f"key {n!r}"), ttl) for n, (t, v, ttl) in canon.items()}
-    return Loaded(source, memory, recorded, seq, codec.combine(total), epoch)
-
-
-def _canon_of(name: str, item: Any) -> Canon:
-    """One key of a stored document as (type, value, ttl); ``CodecError`` if malformed."""
-    if not isinstance(item, dict) or item.get("type") not in codec.REDIS_TYPES:
-        raise CodecError(f"key {name!r}: missing or unsupported type")
-    ttl = item.get("ttl_ms", codec.NO_TTL)
-    if not isinstance(ttl, int) or isinstance(ttl, bool):
-        raise CodecError(f"key {name!r}: ttl_ms is not an integer")
-    return (item["type"], item.get("value"), ttl)
-
-
-@dataclass(frozen=True)
-class _Row:
-    """One verified row of a folded chain: what its snapshot needs besides the keys."""
-
-    recorded: str
-    l1_seq: int
-    epoch: str | None
-    fmt: int
-    total: int
-    undo: list[tuple[str, Canon | None]]
-    """Each key this row's delta touched, as it was in the row before (None: absent)."""
-
-
-class FoldedChain:
-    """A chain of PostgreSQL snapshot rows applied in order: the newest row's keys in
-    canonical form, and what it takes to step back to any older row. Rows become
-    :class:`Loaded` snapshots only when asked, newest first in the usual case, so a
-    long chain of deltas on a big memory costs one pass, not one copy per row."""
-
-    def __init__(self) -> None:
-        self.canon: dict[str, Canon] = {}
-        self.rows: list[_Row] = []
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def loaded(self, k: int) -> Loaded:
-        """Row ``k``'s snapshot (0: the whole one; -1: the newest)."""
-        k %= len(self.rows)
-        canon = self.canon
-        if k < len(self.rows) - 1:
-            canon = dict(canon)
-            for row in reversed(self.rows[k + 1 :]):
-                _undo(canon, row.undo)
-        row = self.rows[k]
-        loaded = _loaded_canon(
-            "postgresql_checkpoint", canon, row.total, row.recorded, row.l1_seq, row.epoch
-        )
-        return dataclasses.replace(loaded, fmt=row.fmt)
-
-
-def _undo(canon: dict[str, Canon], undo: list[tuple[str, Canon | None]]) -> None:
-    """Put back in ``canon`` what one delta replaced (None: the key was absent)."""
-    for n, old in reversed(undo):
-        if old is None:
-            canon.pop(n, None)
-        else:
-            canon[n] = old
-
-
-def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[FoldedChain, str | None]:
-    """The snapshots a chain of PostgreSQL rows holds, oldest first, each one verified.
-
-    ``rows`` (seq, blob, size, hash, l1 seq, epoch, base) start with a whole snapshot;
-    each later row is a delta on the one before. Every row's recorded hash is checked
-    as the chain is applied (O(changes) per row, the hash being a sum of key digests);
-    the chain stops at the first row that is corrupt, does not apply, or does not match,
-    and says why.
-    """
-    chain = FoldedChain()
-    error: str | None = None
-    canon = chain.canon
-    digests: dict[str, int] = {}
-    total, prev = 0, None
-    for seq, blob, size, recorded, l1_seq, epoch, base in rows:
-        undo: list[tuple[str, Canon | None]] = []
-        try:
-            doc = codec.decode_document(codec.unpack(blob, size))
-            fmt = codec.document_format(doc)
-            if base is None:
-                keys = doc.get("keys")
-                if not isinstance(keys, dict):
-                    raise CodecError("snapshot document has no 'keys' object")
-                canon.update((n, _canon_of(n, it)) for n, it in keys.items())
-                digests = {n: codec.key_digest(n, c[0], c[1]) for n, c in canon.items()}
-                total = sum(digests.values())
-                actual = codec.combine(total) if fmt == 2 else codec.document_hash(doc)
-            else:
-                if base != prev or doc.get("base") != base:
-                    raise CodecError(f"delta of row {seq} applies to row {base}, not {prev}")
-                sets, dels = doc.get("set"), doc.get("del")
-                if not isinstance(sets, dict) or not isinstance(dels, list):
-                    raise CodecError("snapshot delta has no 'set' and 'del'")
-                fresh = {n: _canon_of(n, it) for n, it in sets.items()}  # all read, or none
-                for n in dict.fromkeys([*dels, *fresh]):
-                    undo.append((n, canon.pop(n, None)))
-                    total -= digests.pop(n, 0)
-                for n, c in fresh.items():
-                    canon[n] = c
-                    digests[n] = codec.key_digest(n, c[0], c[1])
-                    total += digests[n]
-                actual = codec.combine(total)
-            if actual != recorded:
-                raise CodecError(f"snapshot of row {seq} does not match its recorded hash")
-        except CodecError as exc:
-            log.warning("L1 snapshot chain stops before row %s: %s", seq, exc)
-            error = f"checkpoint row {seq}: {exc}"
-            _undo(canon, undo)  # back to the last row that verified
-            break
-        fmt_row = fmt if base is None else codec.FORMAT_VERSION
-        chain.rows.append(_Row(str(recorded), int(l1_seq or 0), epoch, fmt_row, total, undo))
-        prev = seq
-    return chain, error
-
-
 class L1CacheRestorer:
     """Restores an agent's L1: Redis secondary first, then the PostgreSQL checkpoint."""
 
@@ -374,9 +234,9 @@ class L1CacheRestorer:
                 rtype, value, ttl = orjson.loads(raw_item)
             except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
                 raise CodecError(f"secondary key {name!r} is malformed: {exc}") from None
-            canon[name] = _canon_of(name, {"type": rtype, "value": value, "ttl_ms": ttl})
+            canon[name] = canon_of(name, {"type": rtype, "value": value, "ttl_ms": ttl})
             total += codec.key_digest(name, rtype, value)
-        return _loaded_canon("redis_secondary", canon, total, meta.hash, meta.seq, meta.epoch)
+        return loaded_canon("redis_secondary", canon, total, meta.hash, meta.seq, meta.epoch)
 
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
         """The newest snapshot stored with checkpoints in PostgreSQL that verifies."""

@@ -261,16 +261,19 @@ if n > 0 then
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
 redis.call('SET', KEYS[3], ARGV[5], 'PX', ttl)
--- what Redis now holds, confirmed in the same script: every key's size in its type (a
--- string's bytes, a collection's members; another type is a WRONGTYPE error), the index
--- naming exactly the n keys
-local sizes = {{string = 'STRLEN', list = 'LLEN', set = 'SCARD', hash = 'HLEN', zset = 'ZCARD'}}
+-- what Redis now holds, confirmed in the same script: every collection's members (a
+-- repeated member or field is stored once, so a snapshot holding one does not match;
+-- another type is a WRONGTYPE error), the index naming exactly the n keys. A string
+-- is stored by SET exactly as sent, so its size is not read back.
+local sizes = {{list = 'LLEN', set = 'SCARD', hash = 'HLEN', zset = 'ZCARD'}}
 local bad = 0
 for i = 1, n do
   local item = data[i]
-  local want = #item[2]
-  if item[1] == 'hash' or item[1] == 'zset' then want = want / 2 end
-  if redis.call(sizes[item[1]], KEYS[i + 4]) ~= want then bad = bad + 1 end
+  if item[1] ~= 'string' then
+    local want = #item[2]
+    if item[1] == 'hash' or item[1] == 'zset' then want = want / 2 end
+    if redis.call(sizes[item[1]], KEYS[i + 4]) ~= want then bad = bad + 1 end
+  end
 end
 if redis.call('HLEN', KEYS[1]) ~= n then bad = bad + 1 end
 return {{n, redis.sha1hex(ARGV[1]), bad}}

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 GO = "go"  # child: <action> <mode>, when it starts work
 PHASE = "phase"  # child: run | resume | pause, right before the call that does it
@@ -222,6 +223,26 @@ Committed = Callable[[str, str, float], bool]
 
 def _thread(e: Entry) -> str:
     return e.fields[1] if len(e.fields) > 1 else ""
+
+
+def unexplained_rollbacks(
+    entries: Sequence[Entry],
+    rows: Sequence[CheckpointRow],
+    rolled: Sequence[tuple[float, dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """The rollbacks (time, detail) that no Redis loss explains. A loss explains one when
+    it was recorded (its ``fault`` line, written once the loss was complete) after the
+    checkpoint rolled back from was taken and before the rollback: the memory of a
+    checkpoint taken after a loss went into the Redis that followed it, and only a later
+    loss can take it. A kill alone never may."""
+    losses = [float(e.fields[1]) for e in entries if e.kind == FAULT and len(e.fields) > 1]
+    taken = {(r.agent_type, r.seq): r.time for r in rows}
+    out = []
+    for at, detail in rolled:
+        since = taken.get((detail["agent_type"], detail["from_checkpoint"]), float("-inf"))
+        if not any(since <= t <= at for t in losses):
+            out.append(detail)
+    return out
 
 
 def lost_with_redis(

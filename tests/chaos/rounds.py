@@ -20,12 +20,12 @@ After every round the invariants are checked from the ledgers and PostgreSQL
 (``docs/reliability.md`` says how): a repeated call is a duplicate unless it
 repeats the call in flight at a kill, or one made by a subtask that had not
 committed when Redis was lost, or one of a subtask that a reported rollback ran
-again (``hybrid`` only, once Redis was lost under the analysis: the other modes, and
-a kill, must never roll back). A completed analysis is compared with an
-uninterrupted run in its mode, and the next round starts a new one. At the end the
-analysis in progress is resumed once more, without faults, and must complete. Every
-choice the engine makes comes from the seed, so a failing run can be replayed with
-its seed (process timing still varies from run to run).
+again (``hybrid`` only, after a Redis loss that can have taken the memory it went
+back from: the other modes, and a kill, must never roll back). A completed analysis
+is compared with an uninterrupted run in its mode, and the next round starts a new
+one. At the end the analysis in progress is resumed once more, without faults, and
+must complete. Every choice the engine makes comes from the seed, so a failing run
+can be replayed with its seed (process timing still varies from run to run).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from tests.chaos.ledger import (
     duplicate_calls,
     reexecutions,
     starts,
+    unexplained_rollbacks,
 )
 from tests.chaos.ledger import read as read_ledger
 from tests.chaos.procs import Child, Pool
@@ -149,9 +150,8 @@ class Analysis:
     """Runner children sent to work on it so far (0: it was never run)."""
     reported: dict[str, int] = field(default_factory=dict)
     """Call key -> excess repeats already reported as failures."""
-    redis_lost: bool = False
-    """Whether a round has flushed or restarted Redis under it (the one cause that may
-    roll a ``hybrid`` analysis back: a kill never may)."""
+    unexplained: int = 0
+    """Rollbacks no Redis loss explains, already reported as failures."""
 
 
 @dataclass
@@ -363,7 +363,6 @@ class Engine:
         runner = self._prepare(a, self._first(a))
         self._go(a, runner)
         time.sleep(self._delay(rng))
-        a.redis_lost = True
         # the line goes after the loss is complete: a restart takes a while, and what
         # a subtask wrote before it ends is lost too
         if restart:
@@ -506,13 +505,16 @@ class Engine:
         counts.kills = count_phases(entries)
         counts.calls = sum(1 for e in entries if e.kind == CALL)
         rows = self._rows(a.aid)
-        rolled = [
-            e["detail"] for e in self.stack.analyses.timeline(a.aid) if e["kind"] == "rolled_back"
-        ]
+        events = [e for e in self.stack.analyses.timeline(a.aid) if e["kind"] == "rolled_back"]
+        rolled = [e["detail"] for e in events]
+        unexplained = unexplained_rollbacks(
+            entries, rows, [(e["at"].timestamp(), e["detail"]) for e in events]
+        )
         if rolled and a.mode != "hybrid":
             self._fail(f"{where}: rolled back in {a.mode} mode: {rolled}")
-        elif rolled and not a.redis_lost:
-            self._fail(f"{where}: rolled back with no Redis loss: {rolled}")
+        elif len(unexplained) > a.unexplained:
+            self._fail(f"{where}: rolled back with no Redis loss: {unexplained[a.unexplained :]}")
+            a.unexplained = len(unexplained)
         rerun = frozenset((d["agent_type"], s) for d in rolled for s in d["rerun"])
         counts.rollbacks, counts.rerun = len(rolled), sum(len(d["rerun"]) for d in rolled)
         counts.all_repeats, repeats = duplicate_calls(entries, _committed(rows), rerun)

@@ -22,6 +22,7 @@ from tests.chaos.ledger import (
     read,
     reexecutions,
     starts,
+    unexplained_rollbacks,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -371,3 +372,15 @@ def test_a_reported_rollback_excuses_the_calls_of_what_it_runs_again() -> None:
         "call 2 a t1",
     )
     assert duplicate_calls(entries, _committed, frozenset({("fin", "parse")})) == (1, [])
+
+
+def test_a_rollback_is_explained_only_by_a_redis_loss_after_its_checkpoint() -> None:
+    def rollback(from_checkpoint: int) -> dict[str, object]:
+        return {"agent_type": "fin", "from_checkpoint": from_checkpoint, "to_checkpoint": 1}
+
+    entries = ledger(f"fault {ENGINE} redis-flush 15.0")
+    early, late = rollback(2), rollback(3)  # taken at 12.0 (before the loss) and 21.0
+    assert unexplained_rollbacks(entries, ROWS, [(16.0, early)]) == []
+    assert unexplained_rollbacks(entries, ROWS, [(22.0, late)]) == [late]  # a kill's
+    assert unexplained_rollbacks(entries, ROWS, [(14.0, early)]) == [early]  # before it
+    assert unexplained_rollbacks(ledger(), ROWS, [(16.0, early)]) == [early]

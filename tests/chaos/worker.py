@@ -117,9 +117,10 @@ def kill_after_commit(stack: amber.Stack, n: int, ledger: Ledger) -> None:
     """SIGKILL this process in its n-th checkpoint, around the PostgreSQL commit. An odd
     ``n`` dies right after it (``AgentCheckpointer._cache``, called once per checkpoint
     after the commit): the Redis copies' reply unread, and their slow-path write, when
-    they needed one, not made. An even ``n`` dies as the copies are built, once the
-    insert went out (``_cache_commands``): PostgreSQL may commit it or not, and Redis
-    gets nothing of that save."""
+    they needed one, not made. An even ``n`` dies as the copies are built
+    (``_cache_commands``): where the row holds the memory, once the insert went out, so
+    PostgreSQL may commit it or not and Redis gets nothing of that save; in ``hybrid``,
+    before the insert is sent, so nothing of that save is committed."""
     cp = stack.checkpointer
     name = "_cache" if n % 2 else "_cache_commands"
     real = getattr(cp, name)

@@ -8,6 +8,7 @@ and the memory is recovered from that checkpoint, which holds them.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import redis
 
 import amber
+from amber.checkpoints.rows import CheckpointRows
 from amber.engines.later import Pending
 from amber.errors import CheckpointConflict, Fenced, MemoryLost, StoreUnavailable, WrongType
 from amber.memory import AgentMemory, known, read_memory
@@ -380,3 +382,45 @@ def test_on_a_cluster_the_save_applies_staged_writes_first(
     assert not mem.staged and _raw(stack, mem, "a") == b"two" and _raw(stack, mem, "b") is None
     exact(stack, agent.agent_id)
     assert cp.l1_snapshot_hash == read_memory(stack.redis, stack.keys, agent.agent_id).hash
+
+
+@OVERLAPPED
+def test_without_the_memory_in_the_row_redis_has_it_before_the_insert_goes_out(
+    stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row without the memory (``hybrid``) leaves Redis its only keeper: the staged
+    writes reach Redis before the insert is sent, by the script's text, so a Redis whose
+    script cache is cold runs them too. A kill once the insert went out cannot leave a
+    committed checkpoint whose memory is nowhere."""
+    agent = _saved_agent(stack, uid)
+    mem = agent.l1_cache
+    with mem.batch(defer=True) as b:
+        b.set("a", "two")
+    monkeypatch.setattr(mem._batch_script, "sha", "0" * 40)  # a script cache without it
+    seen: list[Any] = []
+    real = CheckpointRows.insert
+
+    def insert(self: CheckpointRows, *args: Any) -> str | None:
+        assert args[3] is None and args[4] is None  # no memory in the row; nothing during
+        time.sleep(0.05)  # what was sent before the insert has reached Redis by now
+        seen.append(_raw(stack, mem, "a"))
+        return real(self, *args)
+
+    monkeypatch.setattr(CheckpointRows, "insert", insert)
+    name = agent.next_subtask()
+    assert name is not None
+    agent.complete(name, name)
+    stack.checkpointer.save_checkpoint(agent, name, dual_write=False)
+    assert seen == [b"two"] and not mem.staged
+    exact(stack, agent.agent_id)
+
+
+def test_commands_that_cannot_be_packed_send_nothing_and_give_the_connection_back(
+    stack: amber.Stack,
+) -> None:
+    pending = Pending.hold(stack.redis)
+    assert pending is not None
+    with pytest.raises(redis.DataError):
+        pending.send_now([("SET", "k", object())])
+    assert pending.done and pending.count == 0
+    assert Pending.send(stack.redis, "SET", "k", object()) is None  # the caller's call says why

@@ -205,7 +205,7 @@ class AgentCheckpointer(CheckpointReads):
                 backup = (self.keys.checkpoint(cp.agent_id), seal(cp, raw, enc.packed),
                           cp.seq, self.backup_ttl_ms)  # fmt: skip
                 copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
-                commands = self._cache_commands(snap, *copies, staged=staged)
+                commands = self._cache_commands(snap, *copies, staged=staged, inline=first)
                 return pending is not None and pending.send_now(commands)
             except Exception:
                 if first:
@@ -393,15 +393,22 @@ class AgentCheckpointer(CheckpointReads):
             )
 
     def _cache_commands(
-        self, snap: Snapshot, meta: SnapshotMeta, backup: Sealed, staged: Staged | None = None
+        self,
+        snap: Snapshot,
+        meta: SnapshotMeta,
+        backup: Sealed,
+        staged: Staged | None = None,
+        inline: bool = False,
     ) -> list[tuple[Any, ...]]:
         """The script call that writes the Redis copies; with ``staged``, the deferred
-        writes' script call before it (sent on the same connection, so run first)."""
+        writes' script call before it (sent on the same connection, so run first), by its
+        text with ``inline``: then they are applied before the reply is read, even where
+        Redis's script cache is cold (a NOSCRIPT would be run again only after the commit)."""
         keys_, args = self.snapshotter.cache_call(snap, meta, backup)
         cache = ("EVALSHA", self._cache_sha, len(keys_), *keys_, *args)
         if staged is None:
             return [cache]
-        head, bkeys, bargs = staged.mem.batch_call(staged.ops)
+        head, bkeys, bargs = staged.mem.batch_call(staged.ops, inline=inline)
         return [(*head, *bkeys, *bargs), cache]
 
     def _cache(

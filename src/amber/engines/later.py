@@ -33,9 +33,13 @@ class Pending:
         """Send ``command`` without waiting for its reply; None when it could not be sent
         (no pool, no connection, a failed send): the caller makes the call itself."""
         pending = cls.hold(client)
-        if pending is None or not pending.send_now([command]):
+        if pending is None:
             return None
-        return pending
+        try:
+            sent = pending.send_now([command])
+        except (redis.RedisError, OSError):  # not packable: the caller's own call says why
+            return None
+        return pending if sent else None
 
     @classmethod
     def hold(cls, client: redis.Redis) -> Pending | None:
@@ -52,10 +56,16 @@ class Pending:
 
     def send_now(self, commands: list[tuple[Any, ...]]) -> bool:
         """Send ``commands`` on the held connection in one write; False (and the
-        connection given back, dropped) when it could not be sent. Once only."""
-        self.count = len(commands)  # counted first: a reply may be due from here on
+        connection given back, dropped) when it could not be sent. Commands that cannot
+        be packed raise, with nothing sent and the connection given back. Once only."""
         try:
-            self.conn.send_packed_command(self.conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            packed = self.conn.pack_commands(commands)  # type: ignore[no-untyped-call]
+        except BaseException:  # nothing sent: the connection goes back as it was
+            self.release()
+            raise
+        self.count = len(commands)  # counted before the send: a reply may be due from here on
+        try:
+            self.conn.send_packed_command(packed)  # type: ignore[no-untyped-call]
         except (redis.RedisError, OSError):
             self.drop()
             return False

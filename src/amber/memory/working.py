@@ -274,12 +274,18 @@ class AgentMemory(MemoryReads):
         """
         return Batch(self, defer)
 
-    def batch_call(self, ops: list[list[Any]], seq: int | None = None) -> tuple[list[Any], ...]:
-        """The batch script's call for ``ops``: (EVALSHA, sha, KEYS count, KEYS, ARGV)."""
+    def batch_call(
+        self, ops: list[list[Any]], seq: int | None = None, inline: bool = False
+    ) -> tuple[list[Any], ...]:
+        """The batch script's call for ``ops``: ([EVALSHA, sha, KEYS count], KEYS, ARGV);
+        ``inline``: EVAL with the script's text, which runs where Redis's script cache is
+        cold (after a restart or a failover) instead of answering NOSCRIPT."""
         keys = [self._index, self._seq, self._epoch, self._changes,
                 *(self.key(op[1]) for op in ops), self._fence]  # fmt: skip
         args = [msgpack.packb(ops, use_bin_type=False), self.ttl_ms,
                 "" if seq is None else seq, self._expected()]  # fmt: skip
+        if inline:
+            return (["EVAL", self._batch_script.script, len(keys)], keys, args)
         return (["EVALSHA", self._batch_script.sha, len(keys)], keys, args)
 
     def _apply_batch(self, ops: list[list[Any]], seq: int | None) -> list[Any]:

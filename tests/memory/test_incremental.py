@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -216,6 +217,36 @@ def test_postgresql_stores_a_chain_of_deltas_and_restores_it_verified(
     report = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, Steps.agent_type)
     assert report.path == "postgresql_checkpoint" and report.verified
     assert read_memory(stack.redis, stack.keys, agent.agent_id).hash == expected.hash
+
+
+def test_a_format_1_snapshot_in_postgresql_is_restored(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """A whole row written in format 1 (the hash of the sorted document, by an older
+    amber) is checked in its own format and restored."""
+    agent = _agent(stack, uid)
+    agent.l1_cache.set("k", "v")
+    agent.l1_cache.rpush("log", "a", "b")
+    _save(stack, agent)
+    with stack.pg.connection() as conn:
+        blob, size = conn.execute(
+            "SELECT l1_snapshot, l1_snapshot_size FROM agent_checkpoints WHERE analysis_id = %s",
+            (agent.analysis_id,),
+        ).fetchone()
+        doc = {**codec.decode_document(codec.unpack(blob, size)), "format": 1}
+        raw = orjson.dumps(doc)
+        conn.execute(
+            "UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_size = %s,"
+            " l1_snapshot_hash = %s WHERE analysis_id = %s",
+            (codec.pack(raw), len(raw), codec.document_hash(doc), agent.analysis_id),
+        )
+    expected = read_memory(stack.redis, stack.keys, agent.agent_id).memory
+    _forget_redis(stack, agent.agent_id)
+    report = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, Steps.agent_type)
+    assert report.path == "postgresql_checkpoint" and report.verified
+    assert read_memory(stack.redis, stack.keys, agent.agent_id).memory == expected
+    again = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, Steps.agent_type)
+    assert again.path == "l1_existing" and again.verified  # compared in format 1
 
 
 def test_a_corrupt_delta_falls_back_to_the_row_before_it(

@@ -105,6 +105,8 @@ class FoldedChain:
         loaded = loaded_canon(
             "postgresql_checkpoint", canon, total, row.recorded, row.l1_seq, row.epoch
         )
+        if row.fmt != codec.FORMAT_VERSION:  # its document's hash was checked as folded
+            loaded = dataclasses.replace(loaded, stored_hash=row.recorded)
         return dataclasses.replace(loaded, fmt=row.fmt)
 
 

@@ -80,6 +80,13 @@ def _born_from_snapshot_at_least(epoch: str | None, seq: int) -> bool:
     return born.isdigit() and int(born) >= seq
 
 
+def _same_hash(snap: Snapshot, reference: Loaded | MemoryMark) -> bool:
+    """Whether ``snap`` hashes to ``reference``'s hash, in the format it was taken in (a
+    snapshot an older amber wrote may be in format 1)."""
+    fmt = reference.fmt if isinstance(reference, Loaded) else codec.FORMAT_VERSION
+    return snap.hash_in(fmt) == reference.hash
+
+
 def l1_complete(snap: Snapshot, reference: Loaded | MemoryMark | None) -> tuple[bool, str]:
     """Whether L1 as it is can be trusted, and why not when it cannot.
 
@@ -109,7 +116,7 @@ def l1_complete(snap: Snapshot, reference: Loaded | MemoryMark | None) -> tuple[
             f"L1 (epoch {snap.epoch}) was re-created after the snapshot at sequence"
             f" {reference.seq} (epoch {reference.epoch}): what it held then was lost"
         )
-    if snap.seq == reference.seq and snap.hash != reference.hash:
+    if snap.seq == reference.seq and not _same_hash(snap, reference):
         return False, "L1 differs from the snapshot taken at the same sequence"
     return True, ""
 
@@ -209,7 +216,7 @@ class DualRecoveryStrategy:
             verified = (
                 reference is not None
                 and snap.seq == reference.seq
-                and snap.hash == reference.hash
+                and _same_hash(snap, reference)
                 and not replayed
             )
             return RecoveryReport(

@@ -153,17 +153,8 @@ def test_staged_writes_redis_did_not_take_are_recovered_from_the_checkpoint(
     assert [v for v in restored["log"].value] == [b"x"]
 
 
-@OVERLAPPED
-def test_staged_writes_whose_send_fails_once_the_insert_went_out_are_in_the_checkpoint(
-    stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The insert goes out before the staged writes do, so PostgreSQL may commit while
-    their send fails: the save says so (``MemoryLost``), the checkpoint holds them, and
-    recovering the memory from it gives what the agent wrote."""
-    agent = _saved_agent(stack, uid)
-    mem, aid = agent.l1_cache, agent.agent_id
-    with mem.batch(defer=True) as b:
-        b.set("a", "two")
+def _break_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every send of a save's Redis commands fails, as on a connection lost meanwhile."""
     real = Pending.send_now
 
     def broken(self: Pending, commands: list[Any]) -> bool:
@@ -177,6 +168,20 @@ def test_staged_writes_whose_send_fails_once_the_insert_went_out_are_in_the_chec
             del self.conn.send_packed_command
 
     monkeypatch.setattr(Pending, "send_now", broken)
+
+
+@OVERLAPPED
+def test_staged_writes_whose_send_fails_once_the_insert_went_out_are_in_the_checkpoint(
+    stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The insert goes out before the staged writes do, so PostgreSQL may commit while
+    their send fails: the save says so (``MemoryLost``), the checkpoint holds them, and
+    recovering the memory from it gives what the agent wrote."""
+    agent = _saved_agent(stack, uid)
+    mem, aid = agent.l1_cache, agent.agent_id
+    with mem.batch(defer=True) as b:
+        b.set("a", "two")
+    _break_sends(monkeypatch)
     with pytest.raises(MemoryLost, match="is in PostgreSQL with the writes deferred to it"):
         save_step(stack, agent)
     monkeypatch.undo()
@@ -424,3 +429,26 @@ def test_commands_that_cannot_be_packed_send_nothing_and_give_the_connection_bac
         pending.send_now([("SET", "k", object())])
     assert pending.done and pending.count == 0
     assert Pending.send(stack.redis, "SET", "k", object()) is None  # the caller's call says why
+
+
+@OVERLAPPED
+def test_without_the_memory_in_the_row_a_failed_send_refuses_the_save_before_the_insert(
+    stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In ``hybrid`` the checkpoint would not hold the staged writes: a send that fails
+    commits nothing, and they stay staged for the next save."""
+    agent = _saved_agent(stack, uid)
+    mem, seq = agent.l1_cache, agent.checkpoint_seq
+    with mem.batch(defer=True) as b:
+        b.set("a", "two")
+    _break_sends(monkeypatch)
+    name = agent.next_subtask()
+    assert name is not None
+    agent.complete(name, name)
+    with pytest.raises(StoreUnavailable, match="deferred memory writes"):
+        stack.checkpointer.save_checkpoint(agent, name, dual_write=False)
+    monkeypatch.undo()
+    assert stack.checkpointer.heads(agent.analysis_id) == {Writer.agent_type: seq}
+    assert agent.checkpoint_seq == seq and mem.staged and _raw(stack, mem, "a") == b"1"
+    stack.checkpointer.save_checkpoint(agent, name, dual_write=False)
+    assert _raw(stack, mem, "a") == b"two" and not mem.staged

@@ -420,6 +420,7 @@ def test_without_the_memory_in_the_row_redis_has_it_before_the_insert_goes_out(
     exact(stack, agent.agent_id)
 
 
+@OVERLAPPED
 def test_commands_that_cannot_be_packed_send_nothing_and_give_the_connection_back(
     stack: amber.Stack,
 ) -> None:

@@ -176,20 +176,12 @@ class AgentCheckpointer(CheckpointReads):
                 mem.restage(staged.ops)
             raise
         copies: tuple[SnapshotMeta, Sealed] | None = None
-        pending: Pending | None = None
+        # a Redis connection is taken before the statement goes out, so an unreachable
+        # Redis refuses a save with deferred writes before anything is committed (below)
+        pending = None if quiet else Pending.hold(self.redis)
         # a row without the memory leaves Redis as the only place this checkpoint's memory
         # is kept: its copies then go out before the insert, so no commit lands without them
         first = l1 is None and not quiet
-        if not quiet:
-            # a Redis connection is taken before the statement goes out, so an unreachable
-            # Redis refuses a save with deferred writes before anything is committed
-            pending = Pending.hold(self.redis)
-            if pending is None and staged is not None:
-                mem.restage(staged.ops)  # nothing sent: still this object's to apply
-                raise StoreUnavailable(
-                    "Redis could not be reached to write the deferred memory writes",
-                    agent_id=agent.agent_id,
-                )
 
         def send() -> bool:
             # the Redis copies (and deferred writes) are built and sent while PostgreSQL
@@ -216,7 +208,8 @@ class AgentCheckpointer(CheckpointReads):
                 return False
 
         try:
-            if first and not send() and staged is not None:
+            reachable = send() if first else pending is not None
+            if staged is not None and not reachable:  # restaged below: nothing was sent
                 raise StoreUnavailable(
                     "Redis could not be reached to write the deferred memory writes",
                     agent_id=agent.agent_id,

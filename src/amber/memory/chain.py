@@ -132,7 +132,7 @@ def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[FoldedChain, str | None]:
     saying why.
     """
     fast = _fold(rows, each=False)
-    if fast[1] is None and len(fast[0]) == len(rows):
+    if fast[1] is None:  # that pass fails whole, never part of the chain
         return fast
     return _fold(rows, each=True)
 

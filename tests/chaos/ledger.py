@@ -225,6 +225,11 @@ def _thread(e: Entry) -> str:
     return e.fields[1] if len(e.fields) > 1 else ""
 
 
+def _losses(entries: Sequence[Entry]) -> list[tuple[int, float]]:
+    """Each Redis loss the engine recorded (a ``fault`` line): its line and its time."""
+    return [(e.index, float(e.fields[1])) for e in entries if e.kind == FAULT and len(e.fields) > 1]
+
+
 def unexplained_rollbacks(
     entries: Sequence[Entry],
     rows: Sequence[CheckpointRow],
@@ -235,7 +240,7 @@ def unexplained_rollbacks(
     checkpoint rolled back from was taken and before the rollback: the memory of a
     checkpoint taken after a loss went into the Redis that followed it, and only a later
     loss can take it. A kill alone never may."""
-    losses = [float(e.fields[1]) for e in entries if e.kind == FAULT and len(e.fields) > 1]
+    losses = [t for _, t in _losses(entries)]
     taken = {(r.agent_type, r.seq): r.time for r in rows}
     out = []
     for at, detail in rolled:
@@ -256,9 +261,7 @@ def lost_with_redis(
     made after the loss, went into a memory the recovery then replaced. So is every
     call of a subtask that a reported rollback runs again (``rerun``, the opt-in mode).
     """
-    faults = [
-        (e.index, float(e.fields[1])) for e in entries if e.kind == FAULT and len(e.fields) > 1
-    ]
+    faults = _losses(entries)
     # a subtask its own thread starts again at once was cut short by a memory found lost
     # (the runner recovers it and runs the subtask again): its calls are the step in flight
     restarted: set[int] = set()

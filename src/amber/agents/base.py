@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import orjson
 
 from amber import codec, defaults, observe
+from amber.checkpoints.growing import GrowingDict, GrowingFields, GrowingList
 from amber.checkpoints.model import Checkpoint
 from amber.errors import AmberError, RegistrationError, UnknownAgent
 from amber.keys import call_key, check_id, check_version
@@ -85,6 +86,10 @@ class BaseAgent:
     """Steps are found as the code runs (a function agent), not declared in ``subtasks``."""
     declared_steps: ClassVar[tuple[str, ...]] = ()
     """For a dynamic agent, the steps it declares (part of its fingerprint)."""
+    kept_fields: ClassVar[tuple[str, ...]] = ("completed_subtasks", "step_functions")
+    """Record fields whose encoding is kept from one save to the next (``GrowingFields``):
+    those only amber changes. A class agent's subtasks read ``interim_results`` and may
+    change what they find there, so its results are encoded whole at every save."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -120,10 +125,10 @@ class BaseAgent:
         self.agent_id = l1_cache.agent_id
         self.market = market
         self.config: dict[str, Any] = dict(config or {})
-        self.completed_subtasks: list[str] = []
+        self.completed_subtasks: list[str] = GrowingList()
         self.pending_subtasks: list[str] = list(self.subtasks)
         self.retry_count = 0
-        self.interim_results: dict[str, Any] = {}
+        self.interim_results: dict[str, Any] = GrowingDict()
         self.executions: dict[str, int] = {}
         """How many times each subtask was started in this process (duplicate-work probe)."""
         self.checkpoint_seq = 0
@@ -134,8 +139,11 @@ class BaseAgent:
         """Which memory that checkpoint was taken with (None: none yet, or not recorded)."""
         self.runner = ""
         """The run this agent belongs to (``host:pid:token``); written into its checkpoints."""
-        self.step_functions: dict[str, str] = {}
+        self.step_functions: dict[str, str] = GrowingDict()
         """The function each completed step ran, by key (``module:qualname``)."""
+        self.encoded = GrowingFields(type(self).kept_fields)
+        """The encoded bytes of the record's growing fields, as the last save made them."""
+        self._done: tuple[object, int, set[str]] = (None, 0, set())
         self.run_status: str | None = None
         """The analysis's status as of the last checkpoint (set by the checkpointer)."""
         self.input: dict[str, Any] = {}
@@ -192,15 +200,48 @@ class BaseAgent:
 
     def set_interim_results(self, results: dict[str, Any]) -> None:
         """Replace the deliverables (on restore)."""
-        self.interim_results = dict(results)
+        self.interim_results = GrowingDict(results)
 
-    def complete(self, subtask: str, deliverable: Any) -> bool:
-        """Record a finished subtask (or step) and its result; whether it was pending."""
+    def has_completed(self, subtask: str) -> bool:
+        """Whether ``subtask`` (or a step of that key) is completed: in constant time while
+        the completed list is amber's own."""
+        done, changes, keys = self._done
+        steps = self.completed_subtasks
+        if not isinstance(steps, GrowingList):  # the agent's own list: scanned
+            return subtask in steps
+        if done is not steps or changes != steps.changes:
+            keys = set(steps)
+            self._done = (steps, steps.changes, keys)
+        return subtask in keys
+
+    def complete(
+        self, subtask: str, deliverable: Any, fn: str | None = None, raw: bytes | None = None
+    ) -> bool:
+        """Record a finished subtask (or step), its result (``raw``: its JSON, when the
+        caller has it) and the function that made it (``fn``); whether it was pending."""
+        self.has_completed(subtask)  # the set of completed keys, current before the change
+        name = orjson.dumps(subtask)
+        if subtask in self.interim_results:  # replaced where it stands: encoded whole
+            self.encoded.forget("interim_results")
         self.interim_results[subtask] = deliverable
+        if "interim_results" in self.encoded.names:
+            value = raw if raw is not None else orjson.dumps(deliverable)
+            self.encoded.added(self, "interim_results", name + b":" + value)
         was_pending = subtask in self.pending_subtasks
         if was_pending:
             self.pending_subtasks.remove(subtask)
-        self.completed_subtasks.append(subtask)
+        steps = self.completed_subtasks
+        done, changes, keys = self._done
+        steps.append(subtask)
+        if done is steps and isinstance(steps, GrowingList) and changes + 1 == steps.changes:
+            keys.add(subtask)
+            self._done = (steps, steps.changes, keys)
+        self.encoded.added(self, "completed_subtasks", name)
+        if fn is not None:
+            if subtask in self.step_functions:
+                self.encoded.forget("step_functions")
+            self.step_functions[subtask] = fn
+            self.encoded.added(self, "step_functions", name + b":" + orjson.dumps(fn))
         return was_pending
 
     def uncomplete(self, subtask: str, was_pending: bool = True) -> None:
@@ -228,12 +269,12 @@ class BaseAgent:
             if cp.l1_snapshot_hash
             else None
         )
-        self.completed_subtasks = list(cp.completed_subtasks)
+        self.completed_subtasks = GrowingList(cp.completed_subtasks)
         self.pending_subtasks = list(cp.pending_subtasks)
         self.retry_count = cp.retry_count
         self.config = dict(cp.agent_config)
         self.set_interim_results(cp.interim_results)
-        self.step_functions = dict(cp.step_functions)
+        self.step_functions = GrowingDict(cp.step_functions)
 
     def restart(self, head_seq: int) -> None:
         """Continue from the start, as if no checkpoint had been taken (every step runs
@@ -241,10 +282,10 @@ class BaseAgent:
         self.checkpoint_seq = head_seq
         self.checkpoint_l1_keys = 0
         self.checkpoint_l1 = None
-        self.completed_subtasks = []
+        self.completed_subtasks = GrowingList()
         self.pending_subtasks = list(self.subtasks)
-        self.interim_results = {}
-        self.step_functions = {}
+        self.interim_results = GrowingDict()
+        self.step_functions = GrowingDict()
         self.retry_count = 0
 
     # -- work -----------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def _appended(old: bytes, new: bytes) -> bytes | None:
     n = len(old) - 1  # old without its closing bracket: whole entries, then ',' in new
     if n == 1:  # old was empty
         return new
-    if new[n] != ord(",") or not new.startswith(old[:n]):
+    if new[n] != ord(",") or not new.startswith(memoryview(old)[:n]):  # no copy of old
         return None
     return old[:1] + new[n + 1 :]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -58,13 +59,19 @@ class Checkpoint:
         doc["format"] = RECORD_FORMAT
         return doc
 
-    def fields(self) -> dict[str, bytes]:
+    def fields(self, known: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
         """Each field of the document as JSON bytes, in field-name order; raises
         ``InvalidValue`` naming a field that is not JSON. Nested objects keep their
         insertion order, so a dict that only gained entries encodes as its old bytes
-        plus theirs (what a delta record relies on: ``checkpoints/delta.py``)."""
+        plus theirs (what a delta record relies on: ``checkpoints/delta.py``). A field
+        named in ``known`` is taken as those bytes (``checkpoints/growing.py``), not
+        encoded."""
         encoded: dict[str, bytes] = {}
         for name, value in sorted(self.to_doc().items()):
+            given = known.get(name) if known else None
+            if given is not None:
+                encoded[name] = given
+                continue
             try:
                 encoded[name] = orjson.dumps(value)
             except TypeError as exc:

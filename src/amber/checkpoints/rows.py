@@ -7,7 +7,7 @@ compare-and-set, fenced by the analysis's lease, in that one statement.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import psycopg
@@ -64,11 +64,12 @@ class CheckpointRows:
         self.pg = pool
         self.bases = delta.Bases()
 
-    def encode(self, cp: Checkpoint) -> Encoded:
+    def encode(self, cp: Checkpoint, known: Mapping[str, bytes] | None = None) -> Encoded:
         """``cp``'s row record: a delta on the agent's base when small enough, else whole;
-        ``InvalidValue`` naming a field that is not JSON."""
+        ``InvalidValue`` naming a field that is not JSON. Fields in ``known`` are taken
+        as encoded already (``Checkpoint.fields``)."""
         base = self.bases.get(cp.agent_id, cp.analysis_id, cp.agent_type, cp.seq)
-        return Encoded.of(delta.record(base, cp.fields()))
+        return Encoded.of(delta.record(base, cp.fields(known)))
 
     def insert(
         self,

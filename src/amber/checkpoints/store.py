@@ -26,6 +26,7 @@ import redis
 from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
+from amber.checkpoints.growing import GrowingFields
 from amber.checkpoints.model import Checkpoint, now, seal
 from amber.checkpoints.reads import CheckpointReads
 from amber.checkpoints.rows import CheckpointRows, L1Row
@@ -86,6 +87,8 @@ class Checkpointable(Protocol):
     """The function each completed step ran (``module:qualname``), by step key."""
     run_status: str | None
     """The analysis's status as the last checkpoint's commit saw it (set by the save)."""
+    encoded: GrowingFields
+    """The encoded bytes of its record's growing fields, as its last save made them."""
 
     @property
     def agent_type(self) -> str: ...
@@ -163,7 +166,8 @@ class AgentCheckpointer(CheckpointReads):
         try:
             self._check_memory(agent, snap)
             cp = self._record(agent, snap, subtask_completed, failure_reason, error_details)
-            enc = self.rows.encode(cp)
+            enc = self.rows.encode(cp, agent.encoded.known(agent))
+            agent.encoded.learn(agent, enc.record.fields)
             raw = enc.raw
             dual = (
                 self.settings.durability != Durability.HYBRID if dual_write is None else dual_write

@@ -60,6 +60,9 @@ class FunctionAgent(BaseAgent):
     """
 
     dynamic = True
+    kept_fields = ("completed_subtasks", "interim_results", "step_functions")
+    """A step's result is recorded as it was made: the function gets copies of it (from
+    ``ctx.step``), so its encoding is kept from one save to the next too."""
     fn: ClassVar[Callable[[Any], Any]]
 
     def __init__(

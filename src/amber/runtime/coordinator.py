@@ -352,7 +352,7 @@ class LeadCoordinator(AgentPreparer):
             if why is not None:
                 return self._result(agent, why), None
             with self._lock:
-                if name in agent.completed_subtasks:
+                if agent.has_completed(name):
                     self.reexecuted += 1
                 if self.on_subtask_start is not None:
                     self.on_subtask_start(agent, name)

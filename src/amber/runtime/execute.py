@@ -171,7 +171,7 @@ class StepExecutor:
         """The recorded result of step ``key``, or run ``fn`` and record its result."""
         key = check_step_key(key)
         name = fn_name(fn)
-        if key in agent.completed_subtasks:
+        if agent.has_completed(key):
             return self._recorded(agent, key, name)
         why = self.control.why_stop(agent)
         if why is not None:
@@ -268,8 +268,7 @@ class StepExecutor:
         except InvalidValue as exc:  # not stored, never retried: the agent fails with it
             raise InvalidValue(exc.message, step=key, agent_id=agent.agent_id) from None
         value = orjson.loads(raw)
-        was_pending = agent.complete(key, value)
-        agent.step_functions[key] = name
+        was_pending = agent.complete(key, value, name, raw)
         seq = agent.checkpoint_seq
         try:
             self.checkpointer.save_checkpoint(agent, key)
@@ -304,7 +303,7 @@ class StepExecutor:
     ) -> Decision:
         """The review's recorded decision; else open it and stop the run until decided."""
         step = check_step_key(key or f"review:{kind}")
-        if step in agent.completed_subtasks:
+        if agent.has_completed(step):
             return Decision.from_dict(self._recorded(agent, step, REVIEW_FN))
         why = self.control.why_stop(agent)
         if why is not None:

@@ -28,6 +28,7 @@ import amber
 from amber import AmberError, CheckpointCorrupt, InvalidIdentifier, InvalidValue
 from amber.errors import PayloadRefused
 from amber.langgraph import AmberSaver
+from amber.langgraph import sql as lsql
 from amber.langgraph.records import Blob, Write
 
 from .conftest import Chain, from_postgresql
@@ -445,3 +446,25 @@ def test_a_hot_copy_redis_cannot_take_is_logged_not_raised(
     hot.write([uid("k")], ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000])
     hot.settle()
     assert "not written" in caplog.text
+
+
+def test_reading_the_newest_checkpoint_is_planned_once_not_at_every_read(
+    private_stack: amber.Stack, uid: ID
+) -> None:
+    saver = AmberSaver(private_stack)
+    long, short = Chain(saver, uid("long")), Chain(saver, uid("short"))
+    for i in range(1000):  # one thread holds nearly every row, as a long-running agent's does
+        long.step(a=i)
+    short.step(a=0)
+    statement, params = lsql.checkpoint_rows(short.thread_id, "", None)
+    with private_stack.pg.connection() as conn:
+        conn.execute("ANALYZE lg_checkpoints")
+        for _ in range(12):
+            conn.execute(statement, {**params, "known": -1}, prepare=True).fetchall()
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s",
+            ("%FROM lg_checkpoints%ORDER BY checkpoint_id DESC%",),
+        ).fetchall()
+    # a generic plan is used once five custom ones were made: not planned again each time
+    assert len(plans) == 1 and plans[0][0] >= 5, plans

@@ -326,7 +326,7 @@ class SaverCore:
         if copy is None or at.checkpoint_id not in (None, copy.body.checkpoint_id):
             held, copy = None, self._load_hot(at)  # else another one wrote it to Redis
         statement, params = lsql.checkpoint_rows(at.thread_id, at.ns, at.checkpoint_id)
-        rows = self._rows(statement, params, known=copy.seq if copy else -1, limit=1)
+        rows = self._rows(statement, params, known=copy.seq if copy else -1)
         if not rows.heads:
             return None
         head = rows.heads[0]
@@ -337,7 +337,7 @@ class SaverCore:
             body = copy.body
         else:
             if head.body is None:  # the copy changed between the two reads: ask again
-                rows = self._rows(statement, params, known=-1, limit=1)
+                rows = self._rows(statement, params, known=-1)
                 if not rows.heads:
                     return None
                 head = rows.heads[0]
@@ -383,9 +383,9 @@ class SaverCore:
         while left is None or left > 0:
             page = PAGE if left is None else min(PAGE, left)
             statement, params = lsql.checkpoint_rows(
-                thread_id, ns, cid, metadata=wanted, before=before_id, after_row=after
+                thread_id, ns, cid, metadata=wanted, before=before_id, after_row=after, limit=page
             )
-            rows = self._rows(statement, params, known=-1, limit=page)
+            rows = self._rows(statement, params, known=-1)
             yield [self._tuple(serde, h, self._body(h), rows.blobs_of(h))[0] for h in rows.heads]
             if len(rows.heads) < page:
                 return
@@ -393,10 +393,10 @@ class SaverCore:
             after = (last.checkpoint_id, last.thread_id, last.ns)
             left = None if left is None else left - len(rows.heads)
 
-    def _rows(self, statement: str, params: dict[str, Any], *, known: int, limit: int) -> _Rows:
+    def _rows(self, statement: str, params: dict[str, Any], *, known: int) -> _Rows:
         try:
             with self.pg.connection() as conn:
-                found = conn.execute(statement, {**params, "known": known, "limit": limit})
+                found = conn.execute(statement, {**params, "known": known})
                 records = found.fetchall()
         except psycopg.DataError as exc:
             raise InvalidValue(f"checkpoint query refused: {exc}".strip()) from None

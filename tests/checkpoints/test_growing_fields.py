@@ -103,7 +103,7 @@ def _act(agent: BaseAgent, action: tuple[str, str, Any, bool]) -> None:
         _save(agent)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.booleans(), st.lists(actions, max_size=25))
 def test_what_a_save_encodes_is_the_whole_record_s_bytes(
     memory: Any, function: bool, script: list[tuple[str, str, Any, bool]]

@@ -453,11 +453,19 @@ def test_reading_the_newest_checkpoint_is_planned_once_not_at_every_read(
 ) -> None:
     saver = AmberSaver(private_stack)
     long, short = Chain(saver, uid("long")), Chain(saver, uid("short"))
-    for i in range(1000):  # one thread holds nearly every row, as a long-running agent's does
-        long.step(a=i)
+    long.step(a=0)
     short.step(a=0)
     statement, params = lsql.checkpoint_rows(short.thread_id, "", None)
     with private_stack.pg.connection() as conn:
+        # one thread holds nearly every row, as a long-running agent's does
+        conn.execute(
+            "INSERT INTO lg_checkpoints (thread_id, checkpoint_ns, checkpoint_id, metadata,"
+            " channels, versions, body, body_size, body_sha256)"
+            " SELECT thread_id, checkpoint_ns, checkpoint_id || '-' || g, metadata, channels,"
+            " versions, body, body_size, body_sha256"
+            " FROM lg_checkpoints, generate_series(1, 1000) AS g WHERE thread_id = %s",
+            (long.thread_id,),
+        )
         conn.execute("ANALYZE lg_checkpoints")
         for _ in range(12):
             conn.execute(statement, {**params, "known": -1}, prepare=True).fetchall()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -73,6 +74,36 @@ def test_a_resumed_agent_gets_recorded_results_and_never_calls_again(
     (result,) = app.run(stack, aid).values()
     assert result.status == "completed" and result.deliverables[RESULT_KEY] == 63
     assert calls == Counter(expensive=1, flaky=2)
+
+
+class Stage(StrEnum):
+    """Step keys a program keeps as a string enum."""
+
+    FETCH = "fetch"
+    COUNT = "count"
+
+
+def test_a_string_enum_step_key_is_stored_as_its_string_from_the_first_step(
+    stack: amber.Stack, new_app: AppMaker, name: Namer
+) -> None:
+    app, calls = new_app(), Counter[str]()
+
+    def fetch() -> str:
+        calls["fetch"] += 1
+        return "one two"
+
+    @app.agent(name=name("agent"))
+    def agent(ctx: Any) -> int:
+        text = ctx.step(Stage.FETCH, fetch)
+        return int(ctx.step(Stage.COUNT, lambda t: len(t.split()), text))
+
+    aid = app.submit(stack, [agent])
+    (result,) = app.run(stack, aid).values()
+    assert result.status == "completed" and result.deliverables[RESULT_KEY] == 2
+    (kept,) = stack.analyses.results(aid)
+    assert kept["steps"][:2] == ["fetch", "count"]
+    assert [type(k) for k in kept["steps"][:2]] == [str, str]
+    assert calls["fetch"] == 1
 
 
 def test_a_key_recorded_by_one_function_is_refused_to_another(

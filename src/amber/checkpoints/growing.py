@@ -15,7 +15,9 @@ replaced by the agent's own list or dict, which counts nothing) makes the next s
 encode the field whole. What a count cannot see is a change *inside* an entry: so a
 field is kept only where its entries cannot be changed in place, its steps' names and
 functions (strings), and a function agent's results, which amber alone holds (the
-function gets copies of them). Pure: no I/O.
+function gets copies of them). A change made by a C function that reaches past a
+subclass's methods (``heapq`` on the list, ``dict.update`` called on the class) is not
+counted either: these containers are amber's, changed through their methods. Pure: no I/O.
 """
 
 from __future__ import annotations

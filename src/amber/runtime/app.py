@@ -62,7 +62,10 @@ class FunctionAgent(BaseAgent):
     dynamic = True
     kept_fields = ("completed_subtasks", "interim_results", "step_functions")
     """A step's result is recorded as it was made: the function gets copies of it (from
-    ``ctx.step``), so its encoding is kept from one save to the next too."""
+    ``ctx.step``), so its encoding is kept from one save to the next too. The results
+    themselves stay reachable as ``ctx.interim_results``: they are the record, to read,
+    never to change in place (a change there may or may not reach the next checkpoint,
+    and a resumed run's steps return what was recorded)."""
     fn: ClassVar[Callable[[Any], Any]]
 
     def __init__(

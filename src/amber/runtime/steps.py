@@ -69,7 +69,8 @@ class Retry:
 
 
 def check_step_key(key: object) -> str:
-    """A step key: a non-empty string of at most 512 characters, no NUL."""
+    """A step key: a non-empty string of at most 512 characters, no NUL; a ``str``
+    subclass (a string enum) as the plain string it holds, which is how it is stored."""
     if not isinstance(key, str) or not key or len(key) > STEP_KEY_MAX_LEN or "\x00" in key:
         raise InvalidValue(
             f"a step key must be a non-empty string of at most {STEP_KEY_MAX_LEN} characters"
@@ -77,7 +78,7 @@ def check_step_key(key: object) -> str:
             field="key",
             value=key,
         )
-    return key
+    return str.__str__(key)
 
 
 def fn_name(fn: Callable[..., Any]) -> str:

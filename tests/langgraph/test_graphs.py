@@ -71,8 +71,10 @@ def test_a_run_killed_mid_step_resumes_without_rerunning_what_had_committed(
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.monotonic() < deadline, executions(log)
         tup = saver.get_tuple(config)
-        done = {w[1] for w in tup.pending_writes or []} if tup else set()
-        if "slow-start" in executions(log) and "results" in done:
+        # fast's own write: the checkpoint before a's super-step has a's "results" write
+        # pending, which a read taken just before slow started would see
+        done = {(w[1], str(w[2])) for w in tup.pending_writes or []} if tup else set()
+        if "slow-start" in executions(log) and ("results", "['fast']") in done:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)

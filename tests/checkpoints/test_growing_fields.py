@@ -126,6 +126,17 @@ def test_a_step_adds_its_entries_to_the_bytes_kept(memory: Any) -> None:
     assert known["interim_results"] == b'{"s0":{"i":0},"s1":{"i":1},"s2":{"i":2}}'
 
 
+def test_a_key_completed_again_is_encoded_whole_not_added_twice(memory: Any) -> None:
+    agent = Function(str(uuid.uuid4()), "T", memory)
+    _save(agent)
+    agent.complete("a", 1, "m:f")
+    _save(agent)
+    agent.complete("a", 2, "m:g")  # set again where it stands: no entry added
+    assert set(agent.encoded.known(agent)) == {"completed_subtasks"}
+    fields = _save(agent)
+    assert fields["interim_results"] == b'{"a":2}' and fields["step_functions"] == b'{"a":"m:g"}'
+
+
 def test_a_class_agent_s_results_are_encoded_whole_at_every_save(memory: Any) -> None:
     agent = Stepper(str(uuid.uuid4()), "T", memory)
     agent.complete("s0", {"n": [0]}, "m:f")

@@ -205,24 +205,28 @@ class BaseAgent:
     def has_completed(self, subtask: str) -> bool:
         """Whether ``subtask`` (or a step of that key) is completed: in constant time while
         the completed list is amber's own."""
-        done, changes, keys = self._done
+        keys = self._completed_keys()
+        return subtask in (self.completed_subtasks if keys is None else keys)
+
+    def _completed_keys(self) -> set[str] | None:
+        """The completed keys as a set, current with the list (None: the list is the
+        agent's own, which counts no changes, and is scanned)."""
         steps = self.completed_subtasks
-        if not isinstance(steps, GrowingList):  # the agent's own list: scanned
-            return subtask in steps
+        if not isinstance(steps, GrowingList):
+            return None
+        done, changes, keys = self._done
         if done is not steps or changes != steps.changes:
             keys = set(steps)
             self._done = (steps, steps.changes, keys)
-        return subtask in keys
+        return keys
 
     def complete(
         self, subtask: str, deliverable: Any, fn: str | None = None, raw: bytes | None = None
     ) -> bool:
         """Record a finished subtask (or step), its result (``raw``: its JSON, when the
         caller has it) and the function that made it (``fn``); whether it was pending."""
-        self.has_completed(subtask)  # the set of completed keys, current before the change
+        keys = self._completed_keys()
         name = orjson.dumps(subtask)
-        if subtask in self.interim_results:  # replaced where it stands: encoded whole
-            self.encoded.forget("interim_results")
         self.interim_results[subtask] = deliverable
         if "interim_results" in self.encoded.names:
             value = raw if raw is not None else orjson.dumps(deliverable)
@@ -231,15 +235,12 @@ class BaseAgent:
         if was_pending:
             self.pending_subtasks.remove(subtask)
         steps = self.completed_subtasks
-        done, changes, keys = self._done
         steps.append(subtask)
-        if done is steps and isinstance(steps, GrowingList) and changes + 1 == steps.changes:
+        if keys is not None and isinstance(steps, GrowingList):  # current before the append
             keys.add(subtask)
             self._done = (steps, steps.changes, keys)
         self.encoded.added(self, "completed_subtasks", name)
         if fn is not None:
-            if subtask in self.step_functions:
-                self.encoded.forget("step_functions")
             self.step_functions[subtask] = fn
             self.encoded.added(self, "step_functions", name + b":" + orjson.dumps(fn))
         return was_pending

@@ -85,13 +85,14 @@ class GrowingFields:
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
-        self._kept: dict[str, tuple[Counted, int, bytes]] = {}
+        self._kept: dict[str, tuple[Counted, int, int, bytes]] = {}
+        """By field: the container, its count of changes and its length, and its bytes."""
 
     def known(self, owner: object) -> dict[str, bytes]:
         """The bytes kept for ``owner``'s fields that are still exactly its containers'
         (``Checkpoint.fields``' ``known``)."""
         out: dict[str, bytes] = {}
-        for name, (container, changes, raw) in self._kept.items():
+        for name, (container, changes, _, raw) in self._kept.items():
             if getattr(owner, name) is container and container.changes == changes:
                 out[name] = raw
         return out
@@ -103,21 +104,26 @@ class GrowingFields:
             raw = fields.get(name)
             container = getattr(owner, name)
             if raw is not None and isinstance(container, GrowingList | GrowingDict):
-                self._kept[name] = (container, container.changes, raw)
+                self._kept[name] = (container, container.changes, len(container), raw)
 
     def added(self, owner: object, name: str, entry: bytes) -> None:
         """``owner``'s field ``name`` has just gained one entry at its end, its only
         change since its bytes were kept, encoded as ``entry`` (``"key":value`` in an
         object, the value in a list): the bytes are extended by it. Bytes kept for the
-        container at any other count are let go."""
+        container at any other count, or a change that did not add an entry (a key set
+        again where it stands), are let go."""
         kept = self._kept.pop(name, None)
         if kept is None:
             return
-        container, changes, old = kept
-        if getattr(owner, name) is not container or container.changes != changes + 1:
+        container, changes, size, old = kept
+        if (
+            getattr(owner, name) is not container
+            or container.changes != changes + 1
+            or len(container) != size + 1
+        ):
             return
-        raw = old[:-1] + (b"," if len(container) > 1 else b"") + entry + old[-1:]
-        self._kept[name] = (container, container.changes, raw)
+        raw = old[:-1] + (b"," if size else b"") + entry + old[-1:]
+        self._kept[name] = (container, container.changes, size + 1, raw)
 
     def forget(self, name: str) -> None:
         """Let go of field ``name``'s bytes: it is encoded whole at the next save."""

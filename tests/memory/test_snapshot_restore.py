@@ -65,6 +65,37 @@ def test_pg_fallback_when_secondary_is_missing(stack: amber.Stack, mem: AgentMem
     assert read_memory(stack.redis, stack.keys, mem.agent_id).hash == meta.hash
 
 
+def test_a_restore_from_postgresql_writes_every_type_and_ttl_as_stored(
+    stack: amber.Stack, mem: AgentMemory
+) -> None:
+    """A restore writes the stored form as it is (text strings packed unchanged, binary
+    ones decoded, collections flattened; strings of the common life in one MSET): every
+    value comes back equal, an own TTL comes back, the others get the active TTL."""
+    mem.set("own_text", "keeps its own life")
+    mem.expire("own_text", 500)
+    mem.expire("api_cache:koyfin_aapl_acquisitions", 400)
+    mem.set("nul", b"a\x00b")
+    mem.set("accents", "été ünïcode ✓")
+    analysis = str(uuid.uuid4())
+    cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
+    before = read_memory(stack.redis, stack.keys, mem.agent_id)
+    stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
+    stack.redis.delete(stack.keys.l1_snapshot(mem.agent_id))
+    mem.clear()
+    mem.rpush("own_text", "another type where a string goes")  # replaced, whatever its type
+    report = stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
+    assert report is not None and report.source == "postgresql_checkpoint"
+    after = read_memory(stack.redis, stack.keys, mem.agent_id)
+    assert after.hash == before.hash
+    assert {n: (e.type, e.value) for n, e in after.memory.items()} == {
+        n: (e.type, e.value) for n, e in before.memory.items()
+    }
+    assert 400 < mem.ttl("own_text") <= 500
+    assert 300 < mem.ttl("api_cache:koyfin_aapl_acquisitions") <= 400
+    for name in ("current_subtask", "blob", "nul", "accents", "tickers", "ranks"):
+        assert 500 < mem.ttl(name) <= stack.settings.active_ttl, name
+
+
 def _tamper_value(doc: dict) -> None:  # type: ignore[type-arg]
     doc["keys"]["current_subtask"]["value"] = "historical_roi"
 
@@ -170,8 +201,8 @@ def test_verifier_catches_partial_restore(stack: amber.Stack, mem: AgentMemory) 
     ("fault", "where"),
     [
         (
-            "redis.call(writers[item[1]], key, unpack(values, j, k))",
-            "redis.call(writers[item[1]], key, unpack(values, 1, 2))",
+            "redis.call(writers[kind], key, unpack(values, j, k))",
+            "redis.call(writers[kind], key, unpack(values, 1, 2))",
         ),
         (
             "return {n, redis.sha1hex(ARGV[1]), bad}",
@@ -185,7 +216,7 @@ def test_a_restore_is_verified_by_the_script_that_writes_it(
 ) -> None:
     """The restore writes and verifies in one pass: Redis confirms the payload it got and
     every collection's members; a script that stored anything else is caught (read
-    back, nothing else would tell). A string is stored by SET as it arrived."""
+    back, nothing else would tell). A string is stored by SET or MSET as it arrived."""
     from amber.memory import scripts
 
     snap = read_memory(stack.redis, stack.keys, mem.agent_id)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,8 @@ class Loaded:
     """A snapshot as read from one tier, before it is trusted."""
 
     source: str
-    memory: dict[str, Entry]
+    canon: dict[str, Canon]
+    """Its keys in canonical form, as stored (``memory`` decodes them)."""
     hash: str
     """The hash recorded when the snapshot was taken."""
     seq: int
@@ -31,15 +33,22 @@ class Loaded:
     fmt: int = codec.FORMAT_VERSION
     """The snapshot format ``hash`` was computed in."""
 
+    @functools.cached_property
+    def memory(self) -> dict[str, Entry]:
+        """Its keys as entries, decoded once when first asked for; ``CodecError`` if a
+        value is malformed."""
+        decode = codec.decode_value
+        return {
+            n: Entry(t, decode(t, v, f"key {n!r}"), ttl) for n, (t, v, ttl) in self.canon.items()
+        }
+
 
 def loaded_canon(
     source: str, canon: dict[str, Canon], total: int, recorded: str, seq: int, epoch: str | None
 ) -> Loaded:
-    """A snapshot rebuilt from canonical keys (checked by ``canon_of``) whose hash was
-    already computed: each value decoded straight from its canonical form."""
-    decode = codec.decode_value
-    memory = {n: Entry(t, decode(t, v, f"key {n!r}"), ttl) for n, (t, v, ttl) in canon.items()}
-    return Loaded(source, memory, recorded, seq, codec.combine(total), epoch)
+    """A snapshot from canonical keys (checked by ``canon_of``) whose hash was already
+    computed; its values are decoded when asked for (a restore writes them as they are)."""
+    return Loaded(source, canon, recorded, seq, codec.combine(total), epoch)
 
 
 def canon_of(name: str, item: Any) -> Canon:

@@ -8,7 +8,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -96,25 +96,40 @@ class ConsistencyVerifier:
         return snap
 
 
-def _flat(entry: Entry) -> bytes | list[bytes | str]:
-    """A value as the RESTORE script takes it (zset scores as Redis parses them)."""
-    v = entry.value
-    if entry.type == "string":
+Flat = bytes | str | list[bytes | str]
+"""A value as the RESTORE script takes it: a string's bytes (or its text, packed as the
+same UTF-8 bytes), or a collection as a flat list (zset scores as Redis parses them)."""
+
+
+def _flat(rtype: str, v: Any, name: str) -> Flat:
+    """A decoded value as the RESTORE script takes it."""
+    if rtype == "string":
         return cast(bytes, v)
-    if entry.type == "list":
+    if not v:
+        raise CodecError(f"key {name!r}: an empty {rtype} cannot exist in Redis")
+    if rtype == "list":
         return cast(list[bytes | str], v)
-    if entry.type == "set":
+    if rtype == "set":
         return list(cast(set[bytes], v))
-    if entry.type == "hash":
+    if rtype == "hash":
         return [b for pair in cast(dict[bytes, bytes], v).items() for b in pair]
     return [b for m, score in cast(list[tuple[bytes, float]], v) for b in (repr(score), m)]
+
+
+def _canon_flat(name: str, c: Canon) -> Flat:
+    """A key in canonical form as the RESTORE script takes it, decoded only where its form
+    differs: a string stored as text is packed as it is (``CodecError`` if malformed)."""
+    rtype, v, _ = c
+    if rtype == "string" and isinstance(v, str):
+        return v
+    return _flat(rtype, codec.decode_value(rtype, v, f"key {name!r}"), name)
 
 
 def apply_memory(
     client: redis.Redis,
     keys: Keys,
     agent_id: str,
-    memory: dict[str, Entry],
+    memory: Mapping[str, Entry],
     seq: int,
     ttl_ms: int,
     token: int | None = None,
@@ -126,22 +141,50 @@ def apply_memory(
     Written and verified in one pass: the script returns the SHA-1 of the payload it
     received and checks every collection it wrote (its type and members) and the index;
     a payload that arrived other than sent, or a key that does not hold it, is
-    ``ConsistencyError``. A string is stored by ``SET`` exactly as received.
+    ``ConsistencyError``. A string is stored by ``SET`` or ``MSET`` exactly as received.
 
     Keys with an own TTL in the snapshot (``ttl_ms`` > 0) get it back, still marked as
     intended; the others get ``ttl_ms``. Stale keys are those the index lists. Keys an
     expired index no longer names cannot be read through amber and expire by their own TTL.
     """
-    index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
-    for name, entry in memory.items():
-        if entry.type != "string" and not entry.value:
-            raise CodecError(f"key {name!r}: an empty {entry.type} cannot exist in Redis")
     names = check_keys(list(memory))
+    rows = [(n, memory[n].type, _flat(memory[n].type, memory[n].value, n)) for n in names]
+    ttls = [max(memory[n].ttl_ms, 0) for n in names]
+    return _apply(client, keys, agent_id, rows, ttls, seq, ttl_ms, token)
+
+
+def apply_canon(
+    client: redis.Redis,
+    keys: Keys,
+    agent_id: str,
+    canon: Mapping[str, Canon],
+    seq: int,
+    ttl_ms: int,
+    token: int | None = None,
+) -> str:
+    """:func:`apply_memory` of a memory in canonical form (a snapshot as stored), without
+    building its entries first; ``CodecError`` if a value is malformed."""
+    names = check_keys(list(canon))
+    rows = [(n, canon[n][0], _canon_flat(n, canon[n])) for n in names]
+    ttls = [max(canon[n][2], 0) for n in names]
+    return _apply(client, keys, agent_id, rows, ttls, seq, ttl_ms, token)
+
+
+def _apply(
+    client: redis.Redis,
+    keys: Keys,
+    agent_id: str,
+    rows: Sequence[tuple[str, str, Flat]],
+    ttls: list[int],
+    seq: int,
+    ttl_ms: int,
+    token: int | None,
+) -> str:
+    """The RESTORE script's call and the check of its reply (:func:`apply_memory`)."""
+    index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
+    names = [r[0] for r in rows]
     base = keys.l1_base(agent_id)
-    payload = msgpack.packb(
-        [[memory[n].type, _flat(memory[n]), max(memory[n].ttl_ms, 0)] for n in names],
-        use_bin_type=False,
-    )
+    payload = msgpack.packb([[r[1] for r in rows], [r[2] for r in rows], ttls], use_bin_type=False)
     epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
     with redis_errors(agent_id):
         stale = _valid_names(cast(list[bytes], client.hkeys(index_key))) - set(names)
@@ -293,11 +336,11 @@ class L1CacheRestorer:
         ``Fenced`` when a run with a higher token than ``token`` took the memory over."""
         t0 = time.perf_counter()
         self.verifier.check_snapshot(agent_id, loaded)
-        epoch = apply_memory(  # verified by the script that writes it
-            self.redis, self.keys, agent_id, loaded.memory, loaded.seq, self.ttl_ms, token
+        epoch = apply_canon(  # verified by the script that writes it
+            self.redis, self.keys, agent_id, loaded.canon, loaded.seq, self.ttl_ms, token
         )
         return RestoreReport(
-            loaded.source, len(loaded.memory), loaded.seq, loaded.hash, elapsed_ms(t0), True, epoch
+            loaded.source, len(loaded.canon), loaded.seq, loaded.hash, elapsed_ms(t0), True, epoch
         )
 
     def _candidates(

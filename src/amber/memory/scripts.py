@@ -210,15 +210,16 @@ RESTORE = f"""
 -- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes (emptied: a snapshot
 -- of the new epoch reads everything), KEYS[5 .. n+4] the L1 keys to write,
 -- KEYS[n+5 ..] stale L1 keys to delete, then the agent's fence (last)
--- ARGV[1] msgpack list of {{type, values, own_ttl_ms}} aligned with KEYS[5 .. n+4]: values
---         is a string, or a flat list (list items; set members; hash field, value, ...;
---         zset score, member, ...); own_ttl_ms > 0 restores a key's own TTL
+-- ARGV[1] msgpack {{types, values, own_ttl_ms}}, three lists aligned with KEYS[5 .. n+4]:
+--         a value is a string, or a flat list (list items; set members; hash field,
+--         value, ...; zset score, member, ...); own_ttl_ms > 0 restores a key's own TTL
 -- ARGV[2] n; ARGV[3] TTL in ms; ARGV[4] sequence; ARGV[5] the new epoch;
 -- ARGV[6 .. n+5] the key names, aligned with KEYS[5 .. n+4]; ARGV[n+6] the restoring
 -- run's token ('' unfenced): refused below the fence, else it becomes the fence
 -- Returns {{n, SHA-1 of ARGV[1] as received, how many keys (or the index) do not hold
 -- what ARGV[1] says}}.
 local data = cmsgpack.unpack(ARGV[1])
+local kinds, vals, owns = data[1], data[2], data[3]
 local n = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local token = ARGV[n + 6] or ''
@@ -233,25 +234,38 @@ for i = n + 5, #KEYS - 1 do
   redis.call('DEL', KEYS[i])
 end
 redis.call('DEL', KEYS[1], KEYS[4])
-local fields = {{}}
+local fields, entries, plain = {{}}, {{}}, {{}}
 for i = 1, n do
-  local key, item = KEYS[i + 4], data[i]
-  local own = tonumber(item[3]) or 0
-  local life, entry = ttl, item[1] .. stamp
-  if own > 0 then life, entry = own, entry .. ':own' end
-  if item[1] == 'string' then
-    redis.call('SET', key, item[2], 'PX', life)  -- replaces a key of any type
+  local key, kind, own = KEYS[i + 4], kinds[i], tonumber(owns[i]) or 0
+  local entry = entries[kind]
+  if not entry then
+    entry = kind .. stamp
+    entries[kind] = entry
+  end
+  if own > 0 then entry = entry .. ':own' end
+  if kind == 'string' and own <= 0 then
+    -- strings of the common life: one MSET per chunk below (cheaper than a SET each)
+    plain[#plain + 1] = key
+    plain[#plain + 1] = vals[i]
+  elseif kind == 'string' then
+    redis.call('SET', key, vals[i], 'PX', own)  -- replaces a key of any type
   else
     redis.call('DEL', key)
-    local values = item[2]
+    local values = vals[i]
     for j = 1, #values, {MAX_ARGS_PER_CALL} do
       local k = math.min(j + {MAX_ARGS_PER_CALL - 1}, #values)
-      redis.call(writers[item[1]], key, unpack(values, j, k))
+      redis.call(writers[kind], key, unpack(values, j, k))
     end
-    redis.call('PEXPIRE', key, life)
+    redis.call('PEXPIRE', key, own > 0 and own or ttl)
   end
   fields[#fields + 1] = ARGV[i + 5]
   fields[#fields + 1] = entry
+end
+for j = 1, #plain, {MAX_ARGS_PER_CALL} do  -- MSET replaces a key of any type
+  redis.call('MSET', unpack(plain, j, math.min(j + {MAX_ARGS_PER_CALL - 1}, #plain)))
+end
+for j = 1, #plain, 2 do
+  redis.call('PEXPIRE', plain[j], ttl)
 end
 for j = 1, #fields, {MAX_ARGS_PER_CALL} do  -- the index, in pairs ({MAX_ARGS_PER_CALL} is even)
   redis.call('HSET', KEYS[1], unpack(fields, j, math.min(j + {MAX_ARGS_PER_CALL - 1}, #fields)))
@@ -264,15 +278,15 @@ redis.call('SET', KEYS[3], ARGV[5], 'PX', ttl)
 -- what Redis now holds, confirmed in the same script: every collection's members (a
 -- repeated member or field is stored once, so a snapshot holding one does not match;
 -- another type is a WRONGTYPE error), the index naming exactly the n keys. A string
--- is stored by SET exactly as sent, so its size is not read back.
+-- is stored by SET or MSET exactly as sent, so its size is not read back.
 local sizes = {{list = 'LLEN', set = 'SCARD', hash = 'HLEN', zset = 'ZCARD'}}
 local bad = 0
 for i = 1, n do
-  local item = data[i]
-  if item[1] ~= 'string' then
-    local want = #item[2]
-    if item[1] == 'hash' or item[1] == 'zset' then want = want / 2 end
-    if redis.call(sizes[item[1]], KEYS[i + 4]) ~= want then bad = bad + 1 end
+  local kind = kinds[i]
+  if kind ~= 'string' then
+    local want = #vals[i]
+    if kind == 'hash' or kind == 'zset' then want = want / 2 end
+    if redis.call(sizes[kind], KEYS[i + 4]) ~= want then bad = bad + 1 end
   end
 end
 if redis.call('HLEN', KEYS[1]) ~= n then bad = bad + 1 end

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 import psycopg
 import redis
 from psycopg.conninfo import make_conninfo
@@ -296,6 +297,32 @@ def engines(tag: str) -> Iterator[Engines]:
         if started:
             stop_embedded(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def server_processes(eng: Engines) -> dict[str, list[psutil.Process]] | None:
+    """The embedded Redis server and PostgreSQL postmaster of ``eng`` (None when the
+    servers are not this run's own): whose CPU time :func:`cpu_seconds` reads."""
+    if not eng.embedded:
+        return None
+    found: dict[str, list[psutil.Process]] = {"redis": [], "postgresql": []}
+    for p in psutil.process_iter(["name", "cmdline"]):
+        line = " ".join(p.info["cmdline"] or [])
+        if str(eng.data_dir) in line:
+            found["redis" if "redis-server" in line else "postgresql"].append(p)
+    return found if all(found.values()) else None
+
+
+def cpu_seconds(procs: Iterable[psutil.Process], children: bool = False) -> float:
+    """User and system CPU time of ``procs`` (with ``children``: and of every process
+    they started that is still running, as PostgreSQL's backends)."""
+    total = 0.0
+    for p in procs:
+        group = [p, *p.children(recursive=True)] if children else [p]
+        for q in group:
+            with contextlib.suppress(psutil.Error):
+                t = q.cpu_times()
+                total += t.user + t.system
+    return total
 
 
 def pg_setting(stack: Stack, name: str) -> str:

@@ -33,17 +33,19 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import sys
 import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -53,6 +55,7 @@ from _harness import (
     Payload,
     Stats,
     commit_floor,
+    cpu_seconds,
     delete_prefix,
     engines,
     header,
@@ -62,6 +65,7 @@ from _harness import (
     quick_flag,
     redis_pg_floor,
     series,
+    server_processes,
     stats,
     write_keys,
 )
@@ -324,7 +328,7 @@ class Bench:
         )
         side, lg = self.save("save_big", big, CHANGED, n_big, b_big)
         self.snapshot(big, max(3, n_big // 4), b_big)
-        self.restore(side, lg, big, max(3, n_big // 4), b_big)
+        self.restore(side, lg, big, max(3, n_big // 2), b_big)
 
     def rows(self) -> list[tuple[str, ...] | str]:
         out: list[tuple[str, ...] | str] = []
@@ -412,12 +416,21 @@ def worker(spec: WorkerSpec, conn: Connection) -> None:
             s.close()
 
 
+CPU_PARTS = ("client", "redis", "postgresql")
+"""Where a save's CPU time is spent: the saving processes, the Redis server, PostgreSQL
+(its postmaster and every backend)."""
+
+
 @dataclass
 class Throughput:
     procs: int
     rates: dict[str, list[float]]
     """Saves per second of all processes together, per round."""
     latencies: dict[str, list[float]]
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+    """CPU seconds per part (:data:`CPU_PARTS`) over every round of a side; empty when
+    the servers are not this run's own (their CPU cannot be read)."""
+    saves: dict[str, int] = field(default_factory=dict)
 
 
 def throughput(eng: Engines, procs: int, seconds: float, rounds: int) -> Throughput:
@@ -448,15 +461,29 @@ def throughput(eng: Engines, procs: int, seconds: float, rounds: int) -> Through
 
     sides = [*MODES, LANGGRAPH]
     result = Throughput(procs, {s: [] for s in sides}, {s: [] for s in sides})
+    servers = server_processes(eng)
+    clients = [psutil.Process(p.pid) for p in workers]
+
+    def cpu() -> list[float]:
+        assert servers is not None
+        return [cpu_seconds(clients), cpu_seconds(servers["redis"]),
+                cpu_seconds(servers["postgresql"], children=True)]  # fmt: skip
+
     try:
         answers()
         for r in range(rounds):
             k = r % len(sides)
             for side in sides[k:] + sides[:k]:
+                before = cpu() if servers else []
                 start = time.monotonic() + 0.05
                 for c in pipes:
                     c.send((side, start, start + seconds))
                 done = answers()
+                if servers:
+                    spent = [b - a for a, b in zip(before, cpu(), strict=True)]
+                    old = result.cpu.get(side, [0.0] * len(CPU_PARTS))
+                    result.cpu[side] = [x + y for x, y in zip(old, spent, strict=True)]
+                    result.saves[side] = result.saves.get(side, 0) + sum(len(d) for d in done)
                 result.rates[side].append(sum(len(d) for d in done) / seconds)
                 result.latencies[side] += [ms for d in done for ms in d]
     finally:
@@ -500,6 +527,40 @@ def throughput_rows(results: list[Throughput]) -> list[tuple[str, ...] | str]:
     return out
 
 
+def cpu_rows(results: list[Throughput]) -> list[tuple[str, ...] | str]:
+    """CPU time per save, by part, and the saves/s it allows on this machine's cores."""
+    cores = os.cpu_count() or 1
+    out: list[tuple[str, ...] | str] = []
+    for t in results:
+        if not t.cpu:
+            continue
+        per = {
+            side: [x / t.saves[side] * 1e6 for x in parts]
+            for side, parts in t.cpu.items()
+            if t.saves.get(side)
+        }
+        if LANGGRAPH not in per:
+            continue
+        lg_total = sum(per[LANGGRAPH])
+        for side in (*MODES, LANGGRAPH):
+            if side not in per:
+                continue
+            parts = per[side]
+            total = sum(parts)
+            out.append((
+                f"{t.procs} process{'es' if t.procs > 1 else ''}", side,
+                *(f"{x:,.0f}" for x in parts), f"{total:,.0f}", f"{total / lg_total:.2f}x",
+                f"{cores / total * 1e6:,.0f}",
+            ))  # fmt: skip
+    return out
+
+
+CPU_HEAD = (
+    "processes", "side", "client us", "redis us", "pg us", "total us", "vs LG",
+    "ceiling saves/s",
+)  # fmt: skip
+
+
 THROUGHPUT_HEAD = (
     "processes", "amber", "rounds", "saves/s", "LG saves/s", "ratio", "p50 ms", "p99 ms",
     "LG p50", "LG p99", "goal", "met",
@@ -535,8 +596,8 @@ def main() -> None:
                 "peer": "langgraph-checkpoint-postgres PostgresSaver.from_conn_string, "
                         "default serde, a fresh thread per case",
                 "iterations": "quick smoke run, sizes and counts cut" if quick else
-                              "100 keys: 300 per side, 10,000 keys: 40 (fewer if the time "
-                              "budget runs out; see n)",
+                              "100 keys: 300 per side, 10,000 keys: 40 saves, 20 restores"
+                              ", 10 first saves (fewer if the time budget runs out; see n)",
                 "processes": f"{', '.join(map(str, levels))}, each with 100 keys, 5 changed "
                              f"per save; {rounds} rounds of {seconds:g} s per side, the "
                              "first side rotating",
@@ -557,6 +618,14 @@ def main() -> None:
     print("amber is faster. Throughput: saves/s of all processes together (median of the")
     print("rounds), above 1.00x amber is faster; p50 / p99: one save's latency in those rounds.")
     print("Goals (issue 25) are for durability=checkpoint; hybrid is shown for reference.")
+    cpu = cpu_rows(results)
+    if cpu:
+        print()
+        print_table(CPU_HEAD, cpu, right={2, 3, 4, 5, 6, 7})
+        print("CPU per save over the throughput rounds: the saving processes, the Redis server")
+        print("and PostgreSQL (postmaster and backends). On a machine whose cores are all busy,")
+        print(f"saves/s cannot pass cores / CPU per save ({os.cpu_count()} cores here): the")
+        print("ratio of the totals is the throughput ratio that floor allows.")
 
 
 if __name__ == "__main__":

@@ -103,3 +103,21 @@ def test_ttl_24h_to_14d_and_back(stack: amber.Stack, mem: AgentMemory) -> None:
         assert s.active_ttl < stack.redis.ttl(key) <= s.paused_ttl == 14 * 24 * 3600
     stack.ttl_manager.restore_active_ttl_on_resume(mem.agent_id)
     assert 0 < stack.redis.ttl(mem.key("blob")) <= s.active_ttl == 24 * 3600
+
+
+def test_a_restore_deletes_every_key_the_index_held_that_the_snapshot_does_not(
+    stack: amber.Stack, mem: AgentMemory
+) -> None:
+    """The names the recovery read from the index are the keys the restore replaces: one
+    written after the checkpoint is gone afterwards, a lost one is back, and an index
+    entry whose key expired is dropped."""
+    analysis, digest = _setup(stack, mem)
+    mem.set("after_checkpoint", "not in the snapshot")
+    mem.sadd("extra_set", "a", "b")
+    stack.redis.delete(mem.key("current_subtask"))  # lost: the index still names it
+    report = stack.recovery.recover_agent_state(mem.agent_id, analysis, "strategy")
+    assert report.path == "redis_secondary" and report.keys == 6
+    assert not stack.redis.exists(mem.key("after_checkpoint"), mem.key("extra_set"))
+    assert set(mem.keys_list()) == set(read_memory(stack.redis, stack.keys, mem.agent_id).memory)
+    assert "after_checkpoint" not in mem.keys_list() and mem.get("current_subtask") == b"ma_review"
+    assert read_memory(stack.redis, stack.keys, mem.agent_id).hash == digest

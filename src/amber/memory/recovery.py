@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from amber import codec, observe
@@ -235,7 +235,10 @@ class DualRecoveryStrategy:
                 # read just now and empty: the first checkpoint's base, so it reads nothing
                 self.snapshotter.remember(snap)
             return report
-        return self._restore(agent_id, analysis_id, agent_type, t0, reason, want, token)
+        # the names L1's index held when read just now: the keys the restore replaces
+        # (one written since would be left out of the new index, to expire unread)
+        held = (*snap.memory, *snap.missing)
+        return self._restore(agent_id, analysis_id, agent_type, t0, reason, want, token, held)
 
     def _restore(
         self,
@@ -246,9 +249,10 @@ class DualRecoveryStrategy:
         reason: str,
         want: MemoryMark | None = None,
         token: int | None = None,
+        held: Collection[str] | None = None,
     ) -> RecoveryReport:
         report = self.l1_restorer.restore_from_snapshot(
-            agent_id, analysis_id, agent_type, want.hash if want else None, token
+            agent_id, analysis_id, agent_type, want.hash if want else None, token, held
         )
         if report is None:
             empty = self._empty(agent_id, t0, reason, wipe=want is not None, token=token)

@@ -8,7 +8,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -161,13 +161,15 @@ def apply_canon(
     seq: int,
     ttl_ms: int,
     token: int | None = None,
+    held: Collection[str] | None = None,
 ) -> str:
     """:func:`apply_memory` of a memory in canonical form (a snapshot as stored), without
-    building its entries first; ``CodecError`` if a value is malformed."""
+    building its entries first; ``CodecError`` if a value is malformed. ``held``: the
+    names the agent's index held when the caller read it just before (None: read now)."""
     names = check_keys(list(canon))
     rows = [(n, canon[n][0], _canon_flat(n, canon[n])) for n in names]
     ttls = [max(canon[n][2], 0) for n in names]
-    return _apply(client, keys, agent_id, rows, ttls, seq, ttl_ms, token)
+    return _apply(client, keys, agent_id, rows, ttls, seq, ttl_ms, token, held)
 
 
 def _apply(
@@ -179,15 +181,20 @@ def _apply(
     seq: int,
     ttl_ms: int,
     token: int | None,
+    held: Collection[str] | None = None,
 ) -> str:
-    """The RESTORE script's call and the check of its reply (:func:`apply_memory`)."""
+    """The RESTORE script's call and the check of its reply (:func:`apply_memory`). The
+    stale keys it deletes are the names the index holds (``held``, when the caller just
+    read them) that the new memory does not."""
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     names = [r[0] for r in rows]
     base = keys.l1_base(agent_id)
     payload = msgpack.packb([[r[1] for r in rows], [r[2] for r in rows], ttls], use_bin_type=False)
     epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
     with redis_errors(agent_id):
-        stale = _valid_names(cast(list[bytes], client.hkeys(index_key))) - set(names)
+        if held is None:
+            held = _valid_names(cast(list[bytes], client.hkeys(index_key)))
+        stale = set(held) - set(names)
         script = client.register_script(scripts.RESTORE)
         reply = script(
             keys=[
@@ -330,14 +337,18 @@ class L1CacheRestorer:
         return apply_memory(self.redis, self.keys, agent_id, {}, 0, self.ttl_ms, token)
 
     def restore_loaded(
-        self, agent_id: str, loaded: Loaded, token: int | None = None
+        self,
+        agent_id: str,
+        loaded: Loaded,
+        token: int | None = None,
+        held: Collection[str] | None = None,
     ) -> RestoreReport:
         """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch,
         ``Fenced`` when a run with a higher token than ``token`` took the memory over."""
         t0 = time.perf_counter()
         self.verifier.check_snapshot(agent_id, loaded)
         epoch = apply_canon(  # verified by the script that writes it
-            self.redis, self.keys, agent_id, loaded.canon, loaded.seq, self.ttl_ms, token
+            self.redis, self.keys, agent_id, loaded.canon, loaded.seq, self.ttl_ms, token, held
         )
         return RestoreReport(
             loaded.source, len(loaded.canon), loaded.seq, loaded.hash, elapsed_ms(t0), True, epoch
@@ -358,6 +369,7 @@ class L1CacheRestorer:
         agent_type: str,
         want: str | None = None,
         token: int | None = None,
+        held: Collection[str] | None = None,
     ) -> RestoreReport | None:
         """Restore the newest snapshot that verifies; None if there is no snapshot at all.
 
@@ -365,7 +377,8 @@ class L1CacheRestorer:
         snapshot with that hash is restored; only when no tier holds it, the first
         sound one found (the caller then rolls the agent back to it). A tier whose
         snapshot is corrupt or does not verify is reported (logged) and skipped; if
-        every tier fails, raises ``ConsistencyError`` listing them.
+        every tier fails, raises ``ConsistencyError`` listing them. ``held``: the names
+        the agent's index held when the caller read it just before (None: read here).
         """
         check_id(agent_id, "agent_id")
         failures: list[str] = []
@@ -380,17 +393,18 @@ class L1CacheRestorer:
                     self.verifier.check_snapshot(agent_id, loaded)
                     other = other or loaded
                     continue
-                report = self.restore_loaded(agent_id, loaded, token)
+                report = self.restore_loaded(agent_id, loaded, token, held)
                 return dataclasses.replace(report, ms=elapsed_ms(t0))
             except (StoreUnavailable, Fenced):
                 raise
             except AmberError as exc:  # corrupt, unverifiable, or a key of the wrong type
                 log.warning("L1 restore of %s from %s failed: %s", agent_id, source, exc)
+                held = None  # what it may have written is read back before the next try
                 observe.emit(observe.VERIFICATION_FAILED, tier=source)
                 failures.append(f"{source}: {exc}")
         if other is not None:
             t0 = time.perf_counter()
-            report = self.restore_loaded(agent_id, other, token)
+            report = self.restore_loaded(agent_id, other, token, held)
             return dataclasses.replace(report, ms=elapsed_ms(t0))
         if failures:
             raise ConsistencyError(

@@ -396,10 +396,16 @@ def series(
     before: Callable[[int], Any] | None = None,
     warmup: int = 3,
     budget_s: float | None = None,
+    collect: bool = False,
 ) -> dict[str, list[float]]:
     """Time each op ``n`` times, interleaved round by round (the order rotates each round,
     so machine noise hits every contender alike). ``before(i)`` runs untimed first.
-    Stops early once ``budget_s`` seconds have passed (at least 5 timed rounds)."""
+    Stops early once ``budget_s`` seconds have passed (at least 5 timed rounds).
+
+    ``collect``: Python's garbage is collected, untimed, before every op. Where ops
+    allocate a lot (a 10,000-key memory), a full collection comes every few ops and
+    costs as much as one: without this, the op that happens to trigger it pays for the
+    garbage of the others, and which one that is depends on how much each allocates."""
     names = list(ops)
     out: dict[str, list[float]] = {k: [] for k in names}
     start = time.perf_counter()
@@ -409,6 +415,8 @@ def series(
             before(i)
         k = i % len(names)
         for name in names[k:] + names[:k]:
+            if collect:
+                gc.collect()
             ms, _ = timed(lambda name=name, i=i: ops[name](i))
             if i >= 0:
                 out[name].append(ms)

@@ -271,7 +271,9 @@ class Bench:
         def put(i: int) -> None:
             fresh["lg"].step(dict(payload.values))
 
-        out = series({"checkpoint": take, LANGGRAPH: put}, n, before=before, budget_s=budget)
+        out = series(
+            {"checkpoint": take, LANGGRAPH: put}, n, before=before, budget_s=budget, collect=True
+        )
         self.cases.append(
             Case(
                 f"first save of a fresh memory, {keys:,} keys",
@@ -298,6 +300,7 @@ class Bench:
             n,
             before=empty,
             budget_s=budget,
+            collect=keys >= 10_000,
         )
         same_state(target, side, lg, payload)
         empty(0)

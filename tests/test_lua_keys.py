@@ -26,6 +26,10 @@ CALL = re.compile(r"\bpcall\(\s*redis\.p?call\s*,|\bredis\.p?call\(")
 KEY = re.compile(r"KEYS\[[^\[\]]*\]|unpack\(KEYS\s*,.*\)")
 """A key from KEYS: one (``KEYS[i]``) or a run of them (``unpack(KEYS, a, b)``)."""
 ASSIGN = re.compile(r"^\s*(?:local\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=(?!=)\s*(.+)$")
+APPEND = re.compile(r"^\s*(\w+)\[#\1\s*\+\s*1\]\s*=\s*(.+?)\s*$", re.M)
+"""``t[#t + 1] = value``: one element appended to a table."""
+PAIRED = frozenset({"MSET", "MSETNX"})
+"""Commands taking key, value, key, value, ...: their keys may come from a pair table."""
 FOR_KEYS = re.compile(r"\bfor\s+\w+\s*,\s*(\w+)\s+in\s+ipairs\(KEYS\)")
 FUNCTION = re.compile(r"\blocal\s+function\s+(\w+)\s*\(([^)]*)\)")
 
@@ -94,10 +98,26 @@ def _key_locals(lua: str) -> set[str]:
         keys -= bad
 
 
+def _pair_tables(lua: str, locals_: set[str]) -> set[str]:
+    """Tables only ever filled by appends in pairs whose first element is a key (``t[#t +
+    1] = key`` then ``t[#t + 1] = value``): ``unpack`` of one is key, value, ... for MSET."""
+    appended: dict[str, list[str]] = {}
+    for m in APPEND.finditer(lua):
+        appended.setdefault(m.group(1), []).append(m.group(2))
+    return {
+        t
+        for t, values in appended.items()
+        if len(values) % 2 == 0
+        and all(KEY.fullmatch(v) or v in locals_ for v in values[::2])
+        and not re.search(rf"\b{t}\[(?!#{t}\s*\+\s*1\])[^\]]*\]\s*=(?!=)", lua)
+    }
+
+
 def undeclared_keys(lua: str) -> list[str]:
     """Each ``redis.call``/``redis.pcall`` of ``lua`` whose key is not from ``KEYS[]``."""
     lua = re.sub(r"--[^\n]*", "", lua)
     locals_ = _key_locals(lua)
+    pairs = _pair_tables(lua, locals_)
     bad = []
     for call in CALL.finditer(lua):
         args = _args(lua, call.end())
@@ -105,6 +125,9 @@ def undeclared_keys(lua: str) -> list[str]:
         if command in KEYLESS:
             continue
         key = args[1] if len(args) > 1 else ""
+        paired = re.fullmatch(r"unpack\((\w+)\s*,.*\)", key)
+        if command in PAIRED and paired and paired.group(1) in pairs:
+            continue
         if not (KEY.fullmatch(key) or key in locals_):
             bad.append(f"redis.call({', '.join(args[:2])}, ...)")
     return bad
@@ -137,6 +160,14 @@ def test_every_key_a_script_touches_is_in_keys(name: str) -> None:
         "local function get(key) return redis.call('GET', key) end\nreturn get(ARGV[1])",
         "return redis.call('FLUSHALL')",
         "return redis.call('MGET', unpack(ARGV, 1, 3))",
+        "local t = {}\nt[#t + 1] = ARGV[1]\nt[#t + 1] = ARGV[2]\n"
+        "redis.call('MSET', unpack(t, 1, 2))",
+        "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = KEYS[2]\nt[#t + 1] = ARGV[1]\n"
+        "redis.call('MSET', unpack(t, 1, 3))",
+        "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[1]\nt[1] = ARGV[2]\n"
+        "redis.call('MSET', unpack(t, 1, 2))",
+        "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[1]\n"
+        "redis.call('DEL', unpack(t, 1, 2))",
     ],
 )
 def test_the_check_finds_a_key_built_in_the_script(lua: str) -> None:
@@ -152,6 +183,8 @@ def test_the_check_finds_a_key_built_in_the_script(lua: str) -> None:
         "local function get(key) return redis.call('GET', key) end\nreturn get(KEYS[2])",
         "return redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))  -- redis.call('GET', ARGV[1])",
         "return redis.call('MGET', unpack(KEYS, first + j - 1, first + k - 1))",
+        "local key = KEYS[i + 4]\nlocal t = {}\nt[#t + 1] = key\nt[#t + 1] = ARGV[i]\n"
+        "redis.call('MSET', unpack(t, 1, 2))",
     ],
 )
 def test_the_check_accepts_declared_keys(lua: str) -> None:

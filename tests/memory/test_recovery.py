@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 import amber
+from amber import ConsistencyError, codec
 from amber.memory import AgentMemory, read_memory
+from amber.memory.chain import loaded_canon
+from amber.memory.restore import ConsistencyVerifier, Held
 
 from .conftest import insert_checkpoint
 
@@ -121,3 +126,44 @@ def test_a_restore_deletes_every_key_the_index_held_that_the_snapshot_does_not(
     assert set(mem.keys_list()) == set(read_memory(stack.redis, stack.keys, mem.agent_id).memory)
     assert "after_checkpoint" not in mem.keys_list() and mem.get("current_subtask") == b"ma_review"
     assert read_memory(stack.redis, stack.keys, mem.agent_id).hash == digest
+
+
+def test_a_key_written_after_the_index_was_read_is_not_left_behind(
+    stack: amber.Stack, mem: AgentMemory
+) -> None:
+    """The restore is told what the index named and at which sequence; a write since
+    (here between the read and the restore) makes the script refuse, changing nothing,
+    and the restore reads the index again: the late key goes with the rest."""
+    analysis, digest = _setup(stack, mem)
+    before = read_memory(stack.redis, stack.keys, mem.agent_id)
+    held = Held((*before.memory, *before.missing), before.seq, before.epoch)
+    mem.set("written_late", "after the index was read")
+    report = stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy", held=held)
+    assert report is not None and report.keys == 6
+    assert not stack.redis.exists(mem.key("written_late"))
+    assert read_memory(stack.redis, stack.keys, mem.agent_id).hash == digest
+
+
+def test_a_memory_written_at_every_try_is_refused_and_left_as_it_was(
+    stack: amber.Stack, mem: AgentMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _setup(stack, mem)
+    mem.set("after_checkpoint", "kept while the restore is refused")
+    now = read_memory(stack.redis, stack.keys, mem.agent_id)
+    from amber.memory import restore
+
+    # as if another writer wrote between every read of the index and the script
+    monkeypatch.setattr(restore, "_read_held", lambda *a: Held((), now.seq - 1, now.epoch))
+    with pytest.raises(ConsistencyError, match="written to while it was being restored"):
+        restore.apply_memory(stack.redis, stack.keys, mem.agent_id, {}, 0, 60_000)
+    after = read_memory(stack.redis, stack.keys, mem.agent_id)
+    assert after.hash == now.hash and after.seq == now.seq and after.epoch == now.epoch
+
+
+def test_a_value_that_does_not_decode_is_found_before_it_is_chosen() -> None:
+    loaded = loaded_canon("postgresql_checkpoint", {"k": ("string", {"b64": "!!"}, -1)}, 0,
+                          codec.combine(0), 1, None)  # fmt: skip
+    verifier = ConsistencyVerifier(None, None)  # type: ignore[arg-type]
+    verifier.check_snapshot("a", loaded)  # the hash alone: as a restore checks it
+    with pytest.raises(codec.CodecError, match="base64"):
+        verifier.check_snapshot("a", loaded, decode=True)

@@ -107,7 +107,7 @@ def verify(agent_id: AgentArg, as_json: JsonFlag = False) -> None:
         loaded = stack.restorer.load_secondary(agent_id)
         if meta is None or loaded is None:
             raise ConsistencyError("no snapshot to verify against", agent_id=agent_id)
-        stack.verifier.check_snapshot(agent_id, loaded)  # the snapshot itself is sound
+        stack.verifier.check_snapshot(agent_id, loaded, decode=True)  # the snapshot is sound
         snap = read_memory(stack.redis, stack.keys, agent_id)
     if snap.hash == meta.hash and len(snap.memory) == meta.key_count:
         if as_json:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from amber import codec, observe
 from amber.errors import AmberError, Fenced, StoreUnavailable
 from amber.keys import check_id
 from amber.memory.chain import Loaded
-from amber.memory.restore import L1CacheRestorer
+from amber.memory.restore import Held, L1CacheRestorer
 from amber.memory.snapshot import L1CacheSnapshotter, Snapshot, elapsed_ms
 from amber.memory.ttl import L1TTLManager
 
@@ -235,9 +235,9 @@ class DualRecoveryStrategy:
                 # read just now and empty: the first checkpoint's base, so it reads nothing
                 self.snapshotter.remember(snap)
             return report
-        # the names L1's index held when read just now: the keys the restore replaces
-        # (one written since would be left out of the new index, to expire unread)
-        held = (*snap.memory, *snap.missing)
+        # what L1's index named when read just now: the keys the restore replaces (it is
+        # refused, and reads the index again, if the memory was written since)
+        held = Held((*snap.memory, *snap.missing), snap.seq, snap.epoch)
         return self._restore(agent_id, analysis_id, agent_type, t0, reason, want, token, held)
 
     def _restore(
@@ -249,7 +249,7 @@ class DualRecoveryStrategy:
         reason: str,
         want: MemoryMark | None = None,
         token: int | None = None,
-        held: Collection[str] | None = None,
+        held: Held | None = None,
     ) -> RecoveryReport:
         report = self.l1_restorer.restore_from_snapshot(
             agent_id, analysis_id, agent_type, want.hash if want else None, token, held

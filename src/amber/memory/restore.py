@@ -59,6 +59,23 @@ class RestoreReport:
     """The new incarnation the restore started."""
 
 
+@dataclass(frozen=True)
+class Held:
+    """What an agent's L1 index named when it was read, and the sequence and epoch it was
+    read at: the keys a restore replaces. The restore script is refused (and the index
+    read again) if the memory was written since, so no key written in between is left
+    behind outside the new index."""
+
+    names: Collection[str]
+    seq: int | bytes
+    """The sequence, as read or as Redis stores it (the script reads both as numbers)."""
+    epoch: str | bytes | None
+
+
+RESTORE_TRIES = 3
+"""Restores tried while another writer keeps changing the memory, before giving up."""
+
+
 class ConsistencyVerifier:
     """Hash and key-count checks around a restore (DD-016 D3)."""
 
@@ -66,8 +83,11 @@ class ConsistencyVerifier:
         self.redis = client
         self.keys = keys
 
-    def check_snapshot(self, agent_id: str, loaded: Loaded) -> None:
-        """Before writing: the snapshot must hash to what its meta says."""
+    def check_snapshot(self, agent_id: str, loaded: Loaded, decode: bool = False) -> None:
+        """Before writing: the snapshot must hash to what its meta says; with ``decode``,
+        every value must decode too (``CodecError``: a restore finds that as it writes)."""
+        if decode:
+            loaded.memory  # noqa: B018 - decoded once, or CodecError
         actual = loaded.stored_hash or codec.memory_hash(loaded.memory)
         if actual != loaded.hash:
             raise ConsistencyError(
@@ -161,11 +181,11 @@ def apply_canon(
     seq: int,
     ttl_ms: int,
     token: int | None = None,
-    held: Collection[str] | None = None,
+    held: Held | None = None,
 ) -> str:
     """:func:`apply_memory` of a memory in canonical form (a snapshot as stored), without
-    building its entries first; ``CodecError`` if a value is malformed. ``held``: the
-    names the agent's index held when the caller read it just before (None: read now)."""
+    building its entries first; ``CodecError`` if a value is malformed. ``held``: what
+    the agent's index named when the caller read it (None: read here)."""
     names = check_keys(list(canon))
     rows = [(n, canon[n][0], _canon_flat(n, canon[n])) for n in names]
     ttls = [max(canon[n][2], 0) for n in names]
@@ -181,43 +201,70 @@ def _apply(
     seq: int,
     ttl_ms: int,
     token: int | None,
-    held: Collection[str] | None = None,
+    held: Held | None = None,
 ) -> str:
     """The RESTORE script's call and the check of its reply (:func:`apply_memory`). The
-    stale keys it deletes are the names the index holds (``held``, when the caller just
-    read them) that the new memory does not."""
+    stale keys it deletes are the names the index held (``held``, else read here) that
+    the new memory does not; the script is refused, and the index read again, when the
+    memory was written since they were read (``RESTORE_TRIES`` times at most)."""
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     names = [r[0] for r in rows]
     base = keys.l1_base(agent_id)
     payload = msgpack.packb([[r[1] for r in rows], [r[2] for r in rows], ttls], use_bin_type=False)
     epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
-    with redis_errors(agent_id):
-        if held is None:
-            held = _valid_names(cast(list[bytes], client.hkeys(index_key)))
-        stale = set(held) - set(names)
-        script = client.register_script(scripts.RESTORE)
-        reply = script(
-            keys=[
-                index_key,
-                seq_key,
-                keys.l1_epoch(agent_id),
-                keys.l1_changes(agent_id),
-                *(base + n for n in names),
-                *(base + n for n in sorted(stale)),
-                keys.l1_fence(agent_id),
-            ],
-            args=[payload, len(names), ttl_ms, seq, epoch, *names, "" if token is None else token],
-        )
-    written, received, bad = cast(list[Any], reply)
-    received = received.decode() if isinstance(received, bytes) else str(received)
-    if int(written) != len(names) or received != hashlib.sha1(payload).hexdigest() or bad:
-        raise ConsistencyError(
-            f"restored L1 does not match its snapshot: {int(bad)} key(s) differ"
-            f" or the payload arrived changed",
-            agent_id=agent_id,
-            expected_keys=len(names),
-        )
-    return epoch
+    script = client.register_script(scripts.RESTORE)
+    for _ in range(RESTORE_TRIES):
+        with redis_errors(agent_id):
+            if held is None:
+                held = _read_held(client, keys, agent_id)
+            stale = set(held.names) - set(names)
+            reply = script(
+                keys=[
+                    index_key,
+                    seq_key,
+                    keys.l1_epoch(agent_id),
+                    keys.l1_changes(agent_id),
+                    *(base + n for n in names),
+                    *(base + n for n in sorted(stale)),
+                    keys.l1_fence(agent_id),
+                ],
+                args=[payload, len(names), ttl_ms, seq, epoch, *names,
+                      "" if token is None else token, held.seq, held.epoch or ""],
+            )  # fmt: skip
+        written, received, bad = cast(list[Any], reply)
+        if int(written) == -1:  # written to since the index was read: read it again
+            held = None
+            continue
+        received = received.decode() if isinstance(received, bytes) else str(received)
+        if int(written) != len(names) or received != hashlib.sha1(payload).hexdigest() or bad:
+            raise ConsistencyError(
+                f"restored L1 does not match its snapshot: {int(bad)} key(s) differ"
+                f" or the payload arrived changed",
+                agent_id=agent_id,
+                expected_keys=len(names),
+            )
+        return epoch
+    raise ConsistencyError(
+        f"working memory was written to while it was being restored, {RESTORE_TRIES} times:"
+        " another writer is using it (fence it off with a run's token first)",
+        agent_id=agent_id,
+    )
+
+
+def _read_held(client: redis.Redis, keys: Keys, agent_id: str) -> Held:
+    """The names the agent's index holds now, with the sequence and epoch read just before
+    them: a write in between bumps the sequence, so the restore is refused, never blind
+    to a key (no transaction needed)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.get(keys.l1_seq(agent_id))
+        pipe.get(keys.l1_epoch(agent_id))
+        pipe.hkeys(keys.l1_index(agent_id))
+        seq, epoch, raw = pipe.execute()
+    return Held(
+        _valid_names(cast(list[bytes], raw)),
+        cast(bytes | None, seq) or 0,
+        cast(bytes | None, epoch),
+    )
 
 
 def _valid_names(raw: list[bytes]) -> set[str]:
@@ -341,7 +388,7 @@ class L1CacheRestorer:
         agent_id: str,
         loaded: Loaded,
         token: int | None = None,
-        held: Collection[str] | None = None,
+        held: Held | None = None,
     ) -> RestoreReport:
         """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch,
         ``Fenced`` when a run with a higher token than ``token`` took the memory over."""
@@ -369,7 +416,7 @@ class L1CacheRestorer:
         agent_type: str,
         want: str | None = None,
         token: int | None = None,
-        held: Collection[str] | None = None,
+        held: Held | None = None,
     ) -> RestoreReport | None:
         """Restore the newest snapshot that verifies; None if there is no snapshot at all.
 
@@ -377,8 +424,8 @@ class L1CacheRestorer:
         snapshot with that hash is restored; only when no tier holds it, the first
         sound one found (the caller then rolls the agent back to it). A tier whose
         snapshot is corrupt or does not verify is reported (logged) and skipped; if
-        every tier fails, raises ``ConsistencyError`` listing them. ``held``: the names
-        the agent's index held when the caller read it just before (None: read here).
+        every tier fails, raises ``ConsistencyError`` listing them. ``held``: what the
+        agent's index named when the caller read it (None: read here).
         """
         check_id(agent_id, "agent_id")
         failures: list[str] = []
@@ -390,7 +437,7 @@ class L1CacheRestorer:
                 if loaded is None:
                     continue
                 if want is not None and loaded.hash != want:
-                    self.verifier.check_snapshot(agent_id, loaded)
+                    self.verifier.check_snapshot(agent_id, loaded, decode=True)
                     other = other or loaded
                     continue
                 report = self.restore_loaded(agent_id, loaded, token, held)

@@ -215,15 +215,21 @@ RESTORE = f"""
 --         value, ...; zset score, member, ...); own_ttl_ms > 0 restores a key's own TTL
 -- ARGV[2] n; ARGV[3] TTL in ms; ARGV[4] sequence; ARGV[5] the new epoch;
 -- ARGV[6 .. n+5] the key names, aligned with KEYS[5 .. n+4]; ARGV[n+6] the restoring
--- run's token ('' unfenced): refused below the fence, else it becomes the fence
+-- run's token ('' unfenced): refused below the fence, else it becomes the fence;
+-- ARGV[n+7], ARGV[n+8] the sequence and epoch the stale keys were read at
 -- Returns {{n, SHA-1 of ARGV[1] as received, how many keys (or the index) do not hold
--- what ARGV[1] says}}.
+-- what ARGV[1] says}}, or {{-1, '', 0}} (nothing changed) when the memory was written
+-- since the stale keys were read: a key written meanwhile would be left behind.
 local data = cmsgpack.unpack(ARGV[1])
 local kinds, vals, owns = data[1], data[2], data[3]
 local n = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local token = ARGV[n + 6] or ''
 {_check_fence("KEYS[#KEYS]", "token")}
+if (tonumber(redis.call('GET', KEYS[2])) or 0) ~= (tonumber(ARGV[n + 7]) or 0)
+    or (redis.call('GET', KEYS[3]) or '') ~= (ARGV[n + 8] or '') then
+  return {{-1, '', 0}}
+end
 if token ~= '' then
   redis.call('SET', KEYS[#KEYS], token, 'PX', {FENCE_TTL_MS})
 end
@@ -264,8 +270,10 @@ end
 for j = 1, #plain, {MAX_ARGS_PER_CALL} do  -- MSET replaces a key of any type
   redis.call('MSET', unpack(plain, j, math.min(j + {MAX_ARGS_PER_CALL - 1}, #plain)))
 end
-for j = 1, #plain, 2 do
-  redis.call('PEXPIRE', plain[j], ttl)
+for i = 1, n do
+  if kinds[i] == 'string' and (tonumber(owns[i]) or 0) <= 0 then
+    redis.call('PEXPIRE', KEYS[i + 4], ttl)
+  end
 end
 for j = 1, #fields, {MAX_ARGS_PER_CALL} do  -- the index, in pairs ({MAX_ARGS_PER_CALL} is even)
   redis.call('HSET', KEYS[1], unpack(fields, j, math.min(j + {MAX_ARGS_PER_CALL - 1}, #fields)))

@@ -207,6 +207,20 @@ def test_garbage_in_the_sequence_key_is_repaired_from_a_snapshot(
     assert agent.l1_cache.sequence() == report.seq
 
 
+def test_a_sequence_or_epoch_key_of_another_type_is_repaired_from_a_snapshot(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    agent, _ = _filled(stack, uid)
+    r, keys = stack.redis, stack.keys
+    r.delete(keys.l1_seq(agent.agent_id), keys.l1_epoch(agent.agent_id))
+    r.hset(keys.l1_seq(agent.agent_id), "x", "1")
+    r.rpush(keys.l1_epoch(agent.agent_id), "e")
+    report = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, Two.agent_type)
+    assert report.path == "redis_secondary" and "unreadable" in report.reason
+    assert agent.l1_cache.sequence() == report.seq
+    assert r.type(keys.l1_epoch(agent.agent_id)) == b"string"
+
+
 # -- decompression is bounded ------------------------------------------------------------
 def test_a_decompression_bomb_is_corrupt_and_recovery_falls_through(
     stack: amber.Stack, uid: Callable[[str], str]

@@ -102,6 +102,12 @@ class MemoryLost(ConsistencyError):
     (a restart, a flush, an expiry): recover it before reading, writing or snapshotting."""
 
 
+class MemoryContended(ConsistencyError):
+    """Another writer kept writing to an agent's working memory while it was being
+    restored: nothing was restored. Fence the memory off first (a run's token) or stop the
+    other writer."""
+
+
 class MemoryRollbackRefused(MemoryLost):
     """The working memory of an agent's newest checkpoint cannot be rebuilt, and the
     settings (``on_memory_lost="pause"``) say to pause rather than roll the agent back to

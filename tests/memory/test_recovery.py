@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 import amber
-from amber import ConsistencyError, codec
+from amber import MemoryContended, codec
 from amber.memory import AgentMemory, read_memory
 from amber.memory.chain import loaded_canon
 from amber.memory.restore import ConsistencyVerifier, Held
@@ -147,15 +147,19 @@ def test_a_key_written_after_the_index_was_read_is_not_left_behind(
 def test_a_memory_written_at_every_try_is_refused_and_left_as_it_was(
     stack: amber.Stack, mem: AgentMemory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _setup(stack, mem)
+    """A restore refused at every try changes nothing and says why; no older tier is
+    restored instead (the memory is another writer's, not corrupt)."""
+    analysis, _ = _setup(stack, mem)
     mem.set("after_checkpoint", "kept while the restore is refused")
     now = read_memory(stack.redis, stack.keys, mem.agent_id)
     from amber.memory import restore
 
     # as if another writer wrote between every read of the index and the script
     monkeypatch.setattr(restore, "_read_held", lambda *a: Held((), now.seq - 1, now.epoch))
-    with pytest.raises(ConsistencyError, match="written to while it was being restored"):
+    with pytest.raises(MemoryContended, match="written to while it was being restored"):
         restore.apply_memory(stack.redis, stack.keys, mem.agent_id, {}, 0, 60_000)
+    with pytest.raises(MemoryContended):
+        stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
     after = read_memory(stack.redis, stack.keys, mem.agent_id)
     assert after.hash == now.hash and after.seq == now.seq and after.epoch == now.epoch
 

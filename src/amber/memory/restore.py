@@ -24,6 +24,7 @@ from amber.errors import (
     ConsistencyError,
     Fenced,
     InvalidIdentifier,
+    MemoryContended,
     StoreUnavailable,
 )
 from amber.keys import Keys, check_id, check_key, check_keys, check_uuid
@@ -244,7 +245,7 @@ def _apply(
                 expected_keys=len(names),
             )
         return epoch
-    raise ConsistencyError(
+    raise MemoryContended(
         f"working memory was written to while it was being restored, {RESTORE_TRIES} times:"
         " another writer is using it (fence it off with a run's token first)",
         agent_id=agent_id,
@@ -259,9 +260,13 @@ def _read_held(client: redis.Redis, keys: Keys, agent_id: str) -> Held:
         pipe.get(keys.l1_seq(agent_id))
         pipe.get(keys.l1_epoch(agent_id))
         pipe.hkeys(keys.l1_index(agent_id))
-        seq, epoch, raw = pipe.execute()
+        # a key of another type (WRONGTYPE) reads as absent: the restore replaces it
+        seq, epoch, raw = (
+            None if isinstance(r, redis.ResponseError) else r
+            for r in pipe.execute(raise_on_error=False)
+        )
     return Held(
-        _valid_names(cast(list[bytes], raw)),
+        _valid_names(cast(list[bytes], raw or [])),
         cast(bytes | None, seq) or 0,
         cast(bytes | None, epoch),
     )
@@ -442,7 +447,7 @@ class L1CacheRestorer:
                     continue
                 report = self.restore_loaded(agent_id, loaded, token, held)
                 return dataclasses.replace(report, ms=elapsed_ms(t0))
-            except (StoreUnavailable, Fenced):
+            except (StoreUnavailable, Fenced, MemoryContended):
                 raise
             except AmberError as exc:  # corrupt, unverifiable, or a key of the wrong type
                 log.warning("L1 restore of %s from %s failed: %s", agent_id, source, exc)

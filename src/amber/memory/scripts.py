@@ -226,8 +226,13 @@ local n = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local token = ARGV[n + 6] or ''
 {_check_fence("KEYS[#KEYS]", "token")}
-if (tonumber(redis.call('GET', KEYS[2])) or 0) ~= (tonumber(ARGV[n + 7]) or 0)
-    or (redis.call('GET', KEYS[3]) or '') ~= (ARGV[n + 8] or '') then
+local function text(key)  -- a string value, else '' (absent, or another type)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'string' then return v end
+  return ''
+end
+if (tonumber(text(KEYS[2])) or 0) ~= (tonumber(ARGV[n + 7]) or 0)
+    or text(KEYS[3]) ~= (ARGV[n + 8] or '') then
   return {{-1, '', 0}}
 end
 if token ~= '' then

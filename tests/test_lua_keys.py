@@ -99,18 +99,37 @@ def _key_locals(lua: str) -> set[str]:
 
 
 def _pair_tables(lua: str, locals_: set[str]) -> set[str]:
-    """Tables only ever filled by appends in pairs whose first element is a key (``t[#t +
-    1] = key`` then ``t[#t + 1] = value``): ``unpack`` of one is key, value, ... for MSET."""
-    appended: dict[str, list[str]] = {}
-    for m in APPEND.finditer(lua):
-        appended.setdefault(m.group(1), []).append(m.group(2))
-    return {
-        t
-        for t, values in appended.items()
-        if len(values) % 2 == 0
-        and all(KEY.fullmatch(v) or v in locals_ for v in values[::2])
-        and not re.search(rf"\b{t}\[(?!#{t}\s*\+\s*1\])[^\]]*\]\s*=(?!=)", lua)
-    }
+    """Tables filled only in pairs, a key then its value, on two adjacent lines (``t[#t +
+    1] = key`` then ``t[#t + 1] = value``), made empty (``{}``) and never written any
+    other way: ``unpack`` of one from an odd index is key, value, ... for MSET."""
+    lines = [line.strip() for line in lua.splitlines() if line.strip()]
+    appended: dict[str, list[tuple[int, str]]] = {}
+    for i, line in enumerate(lines):
+        if m := APPEND.fullmatch(line):
+            appended.setdefault(m.group(1), []).append((i, m.group(2)))
+    tables = set()
+    for t, rows in appended.items():
+        keys_, values = rows[::2], rows[1::2]
+        paired = len(rows) % 2 == 0 and all(
+            v[0] == k[0] + 1 and (KEY.fullmatch(k[1]) or k[1] in locals_)
+            for k, v in zip(keys_, values, strict=True)
+        )
+        made = [m.group(2) for line in lines if (m := ASSIGN.match(line)) and t in
+                [n.strip() for n in m.group(1).split(",")]]  # fmt: skip
+        empty = all(re.fullmatch(r"\{\s*\}(\s*,\s*\{\s*\})*", v.strip()) for v in made)
+        other = re.search(rf"\b{t}\[(?!#{t}\s*\+\s*1\])[^\]]*\]\s*=(?!=)|\w+\.\w+\(\s*{t}\b", lua)
+        if paired and made and empty and not other:
+            tables.add(t)
+    return tables
+
+
+def _odd_start(lua: str, start: str) -> bool:
+    """Whether ``unpack(t, start, ...)`` starts at an odd index: 1, or a loop variable
+    counting from 1 by an even step."""
+    if start == "1":
+        return True
+    loop = re.search(rf"\bfor\s+{re.escape(start)}\s*=\s*1\s*,[^,]+,\s*(\d+)\s+do\b", lua)
+    return bool(loop) and int(loop.group(1)) % 2 == 0
 
 
 def undeclared_keys(lua: str) -> list[str]:
@@ -125,8 +144,14 @@ def undeclared_keys(lua: str) -> list[str]:
         if command in KEYLESS:
             continue
         key = args[1] if len(args) > 1 else ""
-        paired = re.fullmatch(r"unpack\((\w+)\s*,.*\)", key)
-        if command in PAIRED and paired and paired.group(1) in pairs:
+        paired = re.fullmatch(r"unpack\((\w+)\s*,\s*(\w+)\s*,.*\)", key)
+        if (
+            command in PAIRED
+            and len(args) == 2  # nothing after: unpack's every value is an argument
+            and paired
+            and paired.group(1) in pairs
+            and _odd_start(lua, paired.group(2))
+        ):
             continue
         if not (KEY.fullmatch(key) or key in locals_):
             bad.append(f"redis.call({', '.join(args[:2])}, ...)")
@@ -168,6 +193,20 @@ def test_every_key_a_script_touches_is_in_keys(name: str) -> None:
         "redis.call('MSET', unpack(t, 1, 2))",
         "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[1]\n"
         "redis.call('DEL', unpack(t, 1, 2))",
+        "local t = {}\nfor i = 1, 2 do\nt[#t + 1] = KEYS[i]\nend\nfor i = 1, 2 do\n"
+        "t[#t + 1] = ARGV[i]\nend\nredis.call('MSET', unpack(t, 1, 4))",
+        "local t = {ARGV[1]}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[2]\n"
+        "redis.call('MSET', unpack(t, 1, 3))",
+        "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[1]\ntable.insert(t, 1, ARGV[2])\n"
+        "redis.call('MSET', unpack(t, 1, 3))",
+        "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[1]\nt = ARGV\n"
+        "redis.call('MSET', unpack(t, 1, 2))",
+        "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[1]\nt[#t + 1] = KEYS[2]\n"
+        "t[#t + 1] = ARGV[2]\nredis.call('MSET', unpack(t, 2, 3))",
+        "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[1]\n"
+        "redis.call('MSET', unpack(t, 1, 2), ARGV[3], ARGV[4])",
+        "local t = {}\nt[#t + 1] = KEYS[1]\nt[#t + 1] = ARGV[1]\n"
+        "for j = 2, #t, 2 do redis.call('MSET', unpack(t, j, j + 1)) end",
     ],
 )
 def test_the_check_finds_a_key_built_in_the_script(lua: str) -> None:
@@ -185,6 +224,9 @@ def test_the_check_finds_a_key_built_in_the_script(lua: str) -> None:
         "return redis.call('MGET', unpack(KEYS, first + j - 1, first + k - 1))",
         "local key = KEYS[i + 4]\nlocal t = {}\nt[#t + 1] = key\nt[#t + 1] = ARGV[i]\n"
         "redis.call('MSET', unpack(t, 1, 2))",
+        "local a, t = {}, {}\nfor i = 1, n do\n  local key = KEYS[i]\n  if x then\n"
+        "    t[#t + 1] = key\n    t[#t + 1] = ARGV[i]\n  end\nend\n"
+        "for j = 1, #t, 1000 do\n  redis.call('MSET', unpack(t, j, math.min(j + 999, #t)))\nend",
     ],
 )
 def test_the_check_accepts_declared_keys(lua: str) -> None:

@@ -482,12 +482,13 @@ def throughput(eng: Engines, procs: int, seconds: float, rounds: int) -> Through
                 for c in pipes:
                     c.send((side, start, start + seconds))
                 done = answers()
+                saves = sum(len(d) for d in done)
                 if servers:
                     spent = [b - a for a, b in zip(before, cpu(), strict=True)]
                     old = result.cpu.get(side, [0.0] * len(CPU_PARTS))
                     result.cpu[side] = [x + y for x, y in zip(old, spent, strict=True)]
-                    result.saves[side] = result.saves.get(side, 0) + sum(len(d) for d in done)
-                result.rates[side].append(sum(len(d) for d in done) / seconds)
+                    result.saves[side] = result.saves.get(side, 0) + saves
+                result.rates[side].append(saves / seconds)
                 result.latencies[side] += [ms for d in done for ms in d]
     finally:
         for c in pipes:

@@ -210,6 +210,7 @@ def _apply(
     memory was written since they were read (``RESTORE_TRIES`` times at most)."""
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     names = [r[0] for r in rows]
+    writing = set(names)
     base = keys.l1_base(agent_id)
     payload = msgpack.packb([[r[1] for r in rows], [r[2] for r in rows], ttls], use_bin_type=False)
     epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
@@ -218,7 +219,7 @@ def _apply(
         with redis_errors(agent_id):
             if held is None:
                 held = _read_held(client, keys, agent_id)
-            stale = set(held.names) - set(names)
+            stale = set(held.names) - writing
             reply = script(
                 keys=[
                     index_key,

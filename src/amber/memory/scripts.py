@@ -245,7 +245,7 @@ for i = n + 5, #KEYS - 1 do
   redis.call('DEL', KEYS[i])
 end
 redis.call('DEL', KEYS[1], KEYS[4])
-local fields, entries, plain = {{}}, {{}}, {{}}
+local fields, entries, plain, common = {{}}, {{}}, {{}}, {{}}
 for i = 1, n do
   local key, kind, own = KEYS[i + 4], kinds[i], tonumber(owns[i]) or 0
   local entry = entries[kind]
@@ -258,6 +258,7 @@ for i = 1, n do
     -- strings of the common life: one MSET per chunk below (cheaper than a SET each)
     plain[#plain + 1] = key
     plain[#plain + 1] = vals[i]
+    common[#common + 1] = i + 4  -- its KEYS index, for the TTL below
   elseif kind == 'string' then
     redis.call('SET', key, vals[i], 'PX', own)  -- replaces a key of any type
   else
@@ -275,10 +276,8 @@ end
 for j = 1, #plain, {MAX_ARGS_PER_CALL} do  -- MSET replaces a key of any type
   redis.call('MSET', unpack(plain, j, math.min(j + {MAX_ARGS_PER_CALL - 1}, #plain)))
 end
-for i = 1, n do
-  if kinds[i] == 'string' and (tonumber(owns[i]) or 0) <= 0 then
-    redis.call('PEXPIRE', KEYS[i + 4], ttl)
-  end
+for _, k in ipairs(common) do
+  redis.call('PEXPIRE', KEYS[k], ttl)
 end
 for j = 1, #fields, {MAX_ARGS_PER_CALL} do  -- the index, in pairs ({MAX_ARGS_PER_CALL} is even)
   redis.call('HSET', KEYS[1], unpack(fields, j, math.min(j + {MAX_ARGS_PER_CALL - 1}, #fields)))

@@ -8,7 +8,9 @@ write A then attempts, working memory included, is refused; B's state is untouch
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -155,6 +157,105 @@ def test_a_step_is_not_retried_after_the_run_lost_its_lease(
     assert result.status == "released"
     assert quick.analyses.get(aid).status == "running"  # the other run continues it
     assert "released" not in [e["kind"] for e in quick.analyses.timeline(aid)]
+
+
+class _ReplyAfterFreeze:
+    """A pool whose first claim's reply is read only after ``freeze()`` returns: the
+    process froze once PostgreSQL had granted the claim, before it read the answer."""
+
+    def __init__(self, pool: Any, freeze: Callable[[], None]) -> None:
+        self.pool, self.freeze = pool, freeze
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.pool, attr)
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        with self.pool.connection() as conn:
+            yield self._Conn(conn, self)
+
+    class _Conn:
+        def __init__(self, conn: Any, pool: _ReplyAfterFreeze) -> None:
+            self.conn, self.pool = conn, pool
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.conn, attr)
+
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            cursor = self.conn.execute(query, params, **kwargs)
+            freeze, self.pool.freeze = self.pool.freeze, lambda: None
+            if query in (sql.CLAIM, sql.CLAIM_NEXT):
+                freeze()
+            else:
+                self.pool.freeze = freeze
+            return cursor
+
+
+def _one_step(new_app: AppMaker, kind: str, calls: Counter[str]) -> tuple[amber.App, Any]:
+    app = new_app()
+
+    def one() -> int:
+        calls["one"] += 1
+        return 1
+
+    @app.agent(name=kind, steps=["one"])
+    def first(ctx: Any) -> int:
+        return int(ctx.step("one", one))
+
+    return app, first
+
+
+def _taken_over_while_frozen(
+    quick: amber.Stack, other: amber.Stack, aid: str, monkeypatch: pytest.MonkeyPatch
+) -> list[Any]:
+    """Freeze ``quick``'s next claim past its lease, while ``other`` takes the analysis."""
+    taken: list[Any] = []
+
+    def freeze() -> None:
+        time.sleep(0.8)  # the lease (half a second) lapses
+        taken.append(other.analyses.leases.claim(aid, "taker:1:x"))
+
+    leases = quick.analyses.leases
+    monkeypatch.setattr(leases, "pg", _ReplyAfterFreeze(leases.pg, freeze))
+    return taken
+
+
+def test_a_run_whose_claim_was_answered_after_its_lease_lapsed_calls_no_step(
+    quick: amber.Stack,
+    other: amber.Stack,
+    new_app: AppMaker,
+    name: Namer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lease counts from when the claim went out, not from its reply: a run whose
+    process froze in between, while another run took the analysis over, finds its lease
+    stale at its first step, asks PostgreSQL, and stops without calling the step."""
+    calls = Counter[str]()
+    app, first = _one_step(new_app, name("first"), calls)
+    aid = app.submit(quick, [first])
+    taken = _taken_over_while_frozen(quick, other, aid, monkeypatch)
+    (result,) = app.run(quick, aid).values()
+    assert taken and taken[0] is not None and taken[0].prior  # taken over from this run
+    assert calls["one"] == 0
+    assert result.status == "released"
+
+
+def test_a_worker_claim_answered_after_its_lease_lapsed_is_lost_at_once(
+    quick: amber.Stack,
+    other: amber.Stack,
+    new_app: AppMaker,
+    name: Namer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same for a worker's claim of queued analyses."""
+    kind = name("first")
+    app, first = _one_step(new_app, kind, Counter())
+    aid = app.submit(quick, [first])
+    taken = _taken_over_while_frozen(quick, other, aid, monkeypatch)
+    leases = quick.analyses.leases
+    (claim,) = leases.claim_next(f"w:1:{aid}", 1, known=[kind])
+    assert taken and taken[0] is not None
+    assert leases.is_lost(claim.owner)
 
 
 def test_an_at_most_once_step_that_raises_is_never_called_again(

@@ -167,11 +167,12 @@ class Leases:
             "aid": analysis_id,
             "space": sql.LIVENESS_SPACE,
         }
+        sent = time.monotonic()
         with self.pg.connection() as conn:
             row = conn.execute(sql.CLAIM, params).fetchone()
         if row is None:
             return None
-        self._hold(owner)
+        self._hold(owner, sent)
         prior = row[1] if row[1] and row[1] != owner else None
         return Claim(analysis_id, owner, prior, str(row[0]), token=int(row[2]))
 
@@ -195,6 +196,7 @@ class Leases:
         # that connection checked, and made again if it was lost
         for attempt in range(LIVENESS_ATTEMPTS):
             params["key"], params["pid"] = self._held_lock(ping=attempt > 0)
+            sent = time.monotonic()
             with self.pg.connection() as conn:
                 rows = conn.execute(sql.CLAIM_NEXT, params).fetchall()
             if rows and rows[0][0]:
@@ -216,7 +218,7 @@ class Leases:
             if r[1] is not None
         ]
         for c in claims:
-            self._hold(c.owner)
+            self._hold(c.owner, sent)
         return claims
 
     def release(self, analysis_id: str, owner: str) -> None:
@@ -266,9 +268,12 @@ class Leases:
         return self.liveness.held(ping)
 
     # -- the heartbeat --------------------------------------------------------------------
-    def _hold(self, owner: str) -> None:
+    def _hold(self, owner: str, sent: float) -> None:
+        """Renew ``owner``'s lease from now on. It counts from ``sent``, when the claim
+        went out, not from its reply: a process frozen in between (its claim renewed the
+        lease, which then lapsed) finds the lease stale at its first step, and asks."""
         with self._lock:
-            self._held[owner] = time.monotonic()
+            self._held[owner] = sent
             self.lost.discard(owner)
             if self._beat is None or not self._beat.is_alive():
                 self._beat = threading.Thread(target=self._run, name="amber-heartbeat", daemon=True)

@@ -220,7 +220,9 @@ def _taken_over_while_frozen(
     return taken
 
 
-def test_a_run_whose_claim_was_answered_after_its_lease_lapsed_calls_no_step(
+@pytest.mark.parametrize("how", ["run", "worker"])
+def test_a_claim_answered_after_its_lease_lapsed_calls_no_step(
+    how: str,
     quick: amber.Stack,
     other: amber.Stack,
     new_app: AppMaker,
@@ -230,32 +232,19 @@ def test_a_run_whose_claim_was_answered_after_its_lease_lapsed_calls_no_step(
     """The lease counts from when the claim went out, not from its reply: a run whose
     process froze in between, while another run took the analysis over, finds its lease
     stale at its first step, asks PostgreSQL, and stops without calling the step."""
-    calls = Counter[str]()
-    app, first = _one_step(new_app, name("first"), calls)
+    calls, kind = Counter[str](), name("first")
+    app, first = _one_step(new_app, kind, calls)
     aid = app.submit(quick, [first])
     taken = _taken_over_while_frozen(quick, other, aid, monkeypatch)
-    (result,) = app.run(quick, aid).values()
+    if how == "run":
+        (result,) = app.run(quick, aid).values()
+        assert result.status == "released"
+    else:  # a worker's claim of queued analyses
+        leases = quick.analyses.leases
+        (claim,) = leases.claim_next(f"w:1:{aid}", 1, known=[kind])
+        assert leases.is_lost(claim.owner)
     assert taken and taken[0] is not None and taken[0].prior  # taken over from this run
     assert calls["one"] == 0
-    assert result.status == "released"
-
-
-def test_a_worker_claim_answered_after_its_lease_lapsed_is_lost_at_once(
-    quick: amber.Stack,
-    other: amber.Stack,
-    new_app: AppMaker,
-    name: Namer,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The same for a worker's claim of queued analyses."""
-    kind = name("first")
-    app, first = _one_step(new_app, kind, Counter())
-    aid = app.submit(quick, [first])
-    taken = _taken_over_while_frozen(quick, other, aid, monkeypatch)
-    leases = quick.analyses.leases
-    (claim,) = leases.claim_next(f"w:1:{aid}", 1, known=[kind])
-    assert taken and taken[0] is not None
-    assert leases.is_lost(claim.owner)
 
 
 def test_an_at_most_once_step_that_raises_is_never_called_again(

@@ -90,7 +90,7 @@ def _verdict(names: list[str]) -> str | list[str]:
         return str(exc)
 
 
-_NAME_CHARS = st.sampled_from(list("ab:-_ *?[]{}\\\n\t\x00\x7f\u00a0\u2028\ud800é"))
+_NAME_CHARS = st.sampled_from(list("ab:-_ *?[]{}\\\n\t\r\x0b\x1c\x00\x7f\x85\u00a0\u2028\ud800é"))
 
 
 @given(st.lists(st.text(_NAME_CHARS, max_size=6) | st.just("x" * 513), max_size=5))

@@ -61,6 +61,21 @@ def canon_of(name: str, item: Any) -> Canon:
     return (item["type"], item.get("value"), ttl)
 
 
+def canon_all(items: dict[str, Any]) -> dict[str, Canon]:
+    """``canon_of`` of every key of a stored document, in one loop (10,000 keys are read
+    at a restore); ``CodecError`` names the first malformed one."""
+    out: dict[str, Canon] = {}
+    known, no_ttl = codec.REDIS_TYPES, codec.NO_TTL
+    for name, item in items.items():
+        if type(item) is dict:
+            rtype, ttl = item.get("type"), item.get("ttl_ms", no_ttl)
+            if rtype in known and type(ttl) is int:
+                out[name] = (rtype, item.get("value"), ttl)
+                continue
+        out[name] = canon_of(name, item)  # raises, saying what is wrong
+    return out
+
+
 @dataclass(frozen=True)
 class _Row:
     """One row of a folded chain: what its snapshot needs besides the keys."""
@@ -79,8 +94,7 @@ class _Row:
 
 def _total(canon: dict[str, Canon]) -> int:
     """The sum of the key digests of a memory in canonical form."""
-    digest = codec.key_digest
-    return sum(digest(n, c[0], c[1]) for n, c in canon.items())
+    return codec.digest_sum(canon)
 
 
 class FoldedChain:
@@ -165,7 +179,7 @@ def _fold(rows: list[tuple[Any, ...]], each: bool) -> tuple[FoldedChain, str | N
                 keys = doc.get("keys")
                 if not isinstance(keys, dict):
                     raise CodecError("snapshot document has no 'keys' object")
-                canon.update((n, canon_of(n, it)) for n, it in keys.items())
+                canon.update(canon_all(keys))
                 if each:
                     digests = {n: codec.key_digest(n, c[0], c[1]) for n, c in canon.items()}
                     total = sum(digests.values())
@@ -178,7 +192,7 @@ def _fold(rows: list[tuple[Any, ...]], each: bool) -> tuple[FoldedChain, str | N
                 sets, dels = doc.get("set"), doc.get("del")
                 if not isinstance(sets, dict) or not isinstance(dels, list):
                     raise CodecError("snapshot delta has no 'set' and 'del'")
-                fresh = {n: canon_of(n, it) for n, it in sets.items()}  # all read, or none
+                fresh = canon_all(sets)  # all read, or none
                 for n in dict.fromkeys([*dels, *fresh]):
                     undo.append((n, canon.pop(n, None)))
                     if total is not None:

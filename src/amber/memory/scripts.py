@@ -214,9 +214,9 @@ RESTORE = f"""
 --         a value is a string, or a flat list (list items; set members; hash field,
 --         value, ...; zset score, member, ...); own_ttl_ms > 0 restores a key's own TTL
 -- ARGV[2] n; ARGV[3] TTL in ms; ARGV[4] sequence; ARGV[5] the new epoch;
--- ARGV[6 .. n+5] the key names, aligned with KEYS[5 .. n+4]; ARGV[n+6] the restoring
--- run's token ('' unfenced): refused below the fence, else it becomes the fence;
--- ARGV[n+7], ARGV[n+8] the sequence and epoch the stale keys were read at
+-- ARGV[6] the prefix of KEYS[5 .. n+4] (each is it and the key's name); ARGV[7] the
+-- restoring run's token ('' unfenced): refused below the fence, else it becomes the
+-- fence; ARGV[8], ARGV[9] the sequence and epoch the stale keys were read at
 -- Returns {{n, SHA-1 of ARGV[1] as received, how many keys (or the index) do not hold
 -- what ARGV[1] says}}, or {{-1, '', 0}} (nothing changed) when the memory was written
 -- since the stale keys were read: a key written meanwhile would be left behind.
@@ -224,15 +224,16 @@ local data = cmsgpack.unpack(ARGV[1])
 local kinds, vals, owns = data[1], data[2], data[3]
 local n = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
-local token = ARGV[n + 6] or ''
+local base = #ARGV[6] + 1
+local token = ARGV[7] or ''
 {_check_fence("KEYS[#KEYS]", "token")}
 local function text(key)  -- a string value, else '' (absent, or another type)
   local v = redis.pcall('GET', key)
   if type(v) == 'string' then return v end
   return ''
 end
-if (tonumber(text(KEYS[2])) or 0) ~= (tonumber(ARGV[n + 7]) or 0)
-    or text(KEYS[3]) ~= (ARGV[n + 8] or '') then
+if (tonumber(text(KEYS[2])) or 0) ~= (tonumber(ARGV[8]) or 0)
+    or text(KEYS[3]) ~= (ARGV[9] or '') then
   return {{-1, '', 0}}
 end
 if token ~= '' then
@@ -270,7 +271,7 @@ for i = 1, n do
     end
     redis.call('PEXPIRE', key, own > 0 and own or ttl)
   end
-  fields[#fields + 1] = ARGV[i + 5]
+  fields[#fields + 1] = string.sub(key, base)
   fields[#fields + 1] = entry
 end
 for j = 1, #plain, {MAX_ARGS_PER_CALL} do  -- MSET replaces a key of any type

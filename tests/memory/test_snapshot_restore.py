@@ -362,3 +362,33 @@ def test_a_connection_lost_in_the_middle_of_a_chunked_read_starts_it_over(
     assert calls["n"] > 3
     assert again.memory == expected.memory and again.hash == expected.hash
     mem.clear()
+
+
+def test_a_read_repairs_the_index_only_where_what_it_saw_still_holds(
+    stack: amber.Stack, agent_id: str
+) -> None:
+    """A read that found a key absent, or of another type, repairs the index in one
+    script that looks again: a key written since the read keeps its entry. Dropped
+    blindly, a key a writer had just written back would be hidden from every later
+    snapshot, and lost with Redis."""
+    from amber.memory.read import _Reader
+
+    mem = stack.memory(agent_id)
+    for name in ("back", "gone", "typed", "stays"):
+        mem.set(name, "before")
+    stack.redis.delete(mem.key("back"), mem.key("gone"), mem.key("typed"))
+    stack.redis.rpush(mem.key("typed"), "a")  # another client made it a list
+    reader = _Reader(stack.redis, stack.keys, agent_id)
+    names = ["back", "gone", "typed", "stays"]
+    items = reader.read(names, None, None)
+    assert items is not None
+    mem.set("back", "written again")  # between the read and its repair
+    stack.redis.set(mem.key("typed"), "a string again")  # and the other client again
+    seen = reader.decode(names, items)
+    assert set(seen.expired) == {"back", "gone"}
+    index = stack.redis.hgetall(stack.keys.l1_index(agent_id))
+    assert b"gone" not in index and b"back" in index
+    assert index[b"typed"].startswith(b"string:")
+    after = read_memory(stack.redis, stack.keys, agent_id).memory
+    assert after["back"].value == b"written again" and after["typed"].value == b"a string again"
+    assert set(after) == {"back", "typed", "stays"}

@@ -52,6 +52,7 @@ class _Reader:
         self.epoch_key = keys.l1_epoch(agent_id)
         self.base = keys.l1_base(agent_id)  # names were checked when written
         self.script = client.register_script(scripts.READ)
+        self.repair = client.register_script(scripts.REPAIR_INDEX)
 
     def read(self, names: list[str], total: int | None, seq: int | None) -> list[Any] | None:
         """Reply items {seq, epoch, entry, type, value, ttl, ...}, or None to start over."""
@@ -164,7 +165,7 @@ class _Reader:
     def decode(self, names: list[str], items: list[Any]) -> _Decoded:
         """Each name's entry and value; expired and vanished names; index repairs made."""
         out = _Decoded(_sequence(items[0], self.agent_id), _text(items[1]))
-        retyped: dict[str, str] = {}
+        retyped: dict[str, tuple[str, str, str]] = {}
         memory = out.memory
         for i, name in enumerate(names):
             at = 2 + 4 * i
@@ -192,12 +193,13 @@ class _Reader:
             ttl = int(own_ttl) if isinstance(own_ttl, int) and own_ttl > 0 else codec.NO_TTL
             out.memory[name] = Entry(rtype, _decode_reply(rtype, value), ttl)
             indexed_type, _, stamp = entry.partition(":")
-            if actual != indexed_type:
-                retyped[name] = f"{actual}:{stamp}"
-        if retyped:  # another client changed a key's type: the index follows
-            self.client.hset(self.index_key, mapping=cast(dict[Any, Any], retyped))
-        if out.expired:
-            self.client.hdel(self.index_key, *out.expired)
+            if actual != indexed_type:  # another client changed its type: the index follows
+                retyped[name] = (entry, actual, f"{actual}:{stamp}")
+        if retyped or out.expired:
+            self.repair(
+                keys=[self.index_key, *(self.base + n for n in (*out.expired, *retyped))],
+                args=[len(out.expired), self.base, *(x for t in retyped.values() for x in t)],
+            )
         return out
 
 

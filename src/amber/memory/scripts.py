@@ -183,6 +183,36 @@ return cmsgpack.pack(out)
 """
 )
 
+REPAIR_INDEX = """
+-- Bring an agent's index in line with what a read found, where that is still so: a name
+-- whose key was absent is dropped only if the key is still absent, a name whose key held
+-- another type is retyped only if its entry is still the one read and the key still
+-- holds that type (a writer may have written the key again since the read: its own
+-- index entry stands).
+-- KEYS[1] the index; KEYS[2 .. m+1] the keys read absent; KEYS[m+2 ..] the keys read
+-- retyped
+-- ARGV[1] m; ARGV[2] the prefix of KEYS[2 ..] (each is it and the key's name); then,
+-- for each retyped key in order, the entry read, the type read and the new entry
+-- Returns how many names were dropped.
+local m = tonumber(ARGV[1])
+local base = #ARGV[2] + 1
+local dropped = 0
+for i = 2, m + 1 do
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    dropped = dropped + redis.call('HDEL', KEYS[1], string.sub(KEYS[i], base))
+  end
+end
+for i = m + 2, #KEYS do
+  local at = 3 + 3 * (i - m - 2)
+  local name = string.sub(KEYS[i], base)
+  if redis.call('HGET', KEYS[1], name) == ARGV[at]
+      and redis.call('TYPE', KEYS[i])['ok'] == ARGV[at + 1] then
+    redis.call('HSET', KEYS[1], name, ARGV[at + 2])
+  end
+end
+return dropped
+"""
+
 READ_CHANGES = (
     """
 -- What changed in an agent's L1 since a stored snapshot, and the keys the caller

@@ -365,6 +365,58 @@ def redis_pg_floor(
     return write_and_commit
 
 
+_WRITE_WITH_TTL = """
+-- every key with its value and a TTL: one MSET per 500 keys, then a PEXPIRE each
+-- KEYS the keys; ARGV[1] the TTL in ms; ARGV[2 ..] the values, aligned with KEYS
+local pairs = {}
+for i = 1, #KEYS do
+  pairs[#pairs + 1] = KEYS[i]
+  pairs[#pairs + 1] = ARGV[i + 1]
+end
+for j = 1, #pairs, 1000 do
+  redis.call('MSET', unpack(pairs, j, math.min(j + 999, #pairs)))
+end
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[1])
+end
+return #KEYS
+"""
+
+
+def restore_floor(stack: Stack, analysis_id: str, agent_type: str) -> Callable[[int], None]:
+    """An op reading an agent's newest working memory from PostgreSQL (the rows of its
+    snapshot chain, decompressed, decoded and applied in order, nothing checked) and
+    writing every key back to Redis with the active TTL in one script (``MSET`` and a
+    ``PEXPIRE`` each, the cheapest form measured), under a prefix of its own in
+    ``stack``'s: the least any restore of working memory from PostgreSQL into Redis costs,
+    before it verifies, indexes or fences anything. String values only."""
+    from amber import codec
+    from amber.schema import sql
+
+    script = stack.redis.register_script(_WRITE_WITH_TTL)
+    base = f"{stack.keys.prefix}:{{floor}}:"  # one slot, as an agent's keys are
+    params = {"a": analysis_id, "t": agent_type, "below": 2**62}
+
+    def restore(i: int) -> None:
+        with stack.pg.connection() as conn:
+            rows = conn.execute(sql.SNAPSHOT_CHAIN, params).fetchall()
+        keys: dict[str, Any] = {}
+        for row in rows:
+            doc = codec.decode_document(codec.unpack(row[1], row[2]))
+            if row[6] is None:
+                keys = doc["keys"]
+            else:
+                for name in doc["del"]:
+                    keys.pop(name, None)
+                keys.update(doc["set"])
+        names = list(keys)
+        values = [keys[n]["value"] for n in names]
+        assert all(keys[n]["type"] == "string" for n in names)
+        script(keys=[base + n for n in names], args=[stack.settings.active_ttl * 1000, *values])
+
+    return restore
+
+
 # -- timing -----------------------------------------------------------------------------
 @dataclass
 class Stats:

@@ -64,6 +64,7 @@ from _harness import (
     print_table,
     quick_flag,
     redis_pg_floor,
+    restore_floor,
     series,
     server_processes,
     stats,
@@ -86,6 +87,10 @@ FLOOR = "pg commit"
 FLOOR_REDIS = "redis + pg"
 """The changed values written to Redis in one round trip, then :data:`FLOOR`: what any save
 pays whose working memory is in Redis and whose durability is PostgreSQL's."""
+FLOOR_RESTORE = "pg + redis"
+"""The newest memory read from PostgreSQL, its keys written to Redis with their TTL in one
+script, nothing checked or indexed: what any restore of working memory from PostgreSQL into
+Redis pays at least (``restore_floor``)."""
 CHANGED = 5
 """Keys a step changes in the "5 changed" cases."""
 SUBTASK = "gather"
@@ -295,8 +300,14 @@ class Bench:
         def get(i: int) -> None:
             assert len(lg.restore()) == keys
 
+        a = side.agent
+        floor = restore_floor(target, a.analysis_id, a.agent_type)
         out = series(
-            {"checkpoint": lambda i: amber_restore(target, side, keys), LANGGRAPH: get},
+            {
+                "checkpoint": lambda i: amber_restore(target, side, keys),
+                LANGGRAPH: get,
+                FLOOR_RESTORE: floor,
+            },
             n,
             before=empty,
             budget_s=budget,
@@ -340,7 +351,7 @@ class Bench:
                 out.append(case)
                 continue
             lg = case.st[LANGGRAPH]
-            for mode in (*MODES, NOW, FLOOR, FLOOR_REDIS):
+            for mode in (*MODES, NOW, FLOOR, FLOOR_REDIS, FLOOR_RESTORE):
                 if mode not in case.st:
                     continue
                 st = case.st[mode]

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import amber
@@ -23,6 +24,8 @@ from amber.errors import StoreUnavailable
 from amber.runtime import worker as worker_module
 from tests.runtime import fleet, workapp
 from tests.runtime.fleet import Fleet, audit, starts, wait_until
+
+from ..conftest import Engines
 
 LEASE = 1.0
 STUCK = 30.0
@@ -132,3 +135,28 @@ def test_a_frozen_worker_holding_a_wal_lock_costs_a_few_claims_not_a_loop(
     report = audit(stack, [aid], book, died={frozen.pid})
     assert report.problems() == {}, workers.report()
     assert all(r["result"]["memory_ok"] for r in stack.analyses.results(aid))
+
+
+def test_the_liveness_lock_outlives_a_server_idle_session_timeout(engines: Engines) -> None:
+    """The liveness connection is idle by design: a server that ends idle sessions
+    (``idle_session_timeout``, here 200 ms for every session of the pool) would end it and
+    free the lock while the process runs, making its runs claimable. It turns the timeout
+    off for its own session, so the lock is held by the same backend a second later."""
+    from psycopg_pool import ConnectionPool
+
+    from amber.runtime.leases import Leases
+
+    with psycopg.connect(engines.database_url) as conn:
+        if conn.info.server_version < 140000:
+            pytest.skip("idle_session_timeout is PostgreSQL 14's")
+    pool = ConnectionPool(
+        engines.database_url, kwargs={"options": "-c idle_session_timeout=200"}, open=True
+    )
+    leases = Leases(pool, lease_seconds=5)
+    try:
+        key, pid = leases.liveness.held()
+        time.sleep(1.0)
+        assert leases.liveness.held(ping=True) == (key, pid)
+    finally:
+        leases.close()
+        pool.close()

@@ -37,6 +37,20 @@ LIVENESS_ATTEMPTS = 3
 """Tries at holding the liveness lock before a claim gives up with ``StoreUnavailable``."""
 
 
+IDLE_TIMEOUT_SINCE = 140000
+"""The PostgreSQL version (``server_version_num``) that has ``idle_session_timeout``."""
+
+
+def clock() -> float:
+    """Seconds on a clock that never goes back and, unlike ``time.monotonic`` on Linux,
+    keeps counting while the machine is suspended: a lease renewed before a laptop's lid
+    closed is stale when it opens (``CLOCK_BOOTTIME`` where there is one)."""
+    return time.clock_gettime(_CLOCK)
+
+
+_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
 @dataclass(frozen=True)
 class Claim:
     """A lease just taken: the analysis, the run that owns it, and the owner before."""
@@ -85,6 +99,10 @@ class Liveness:
                 kwargs: dict[str, Any] = dict(cast(dict[str, Any], self.pool.kwargs))
                 kwargs["autocommit"] = True
                 self._conn = psycopg.connect(str(self.pool.conninfo), **kwargs)
+                if self._conn.info.server_version >= IDLE_TIMEOUT_SINCE:
+                    # idle by design: a server's idle_session_timeout would end the session,
+                    # and with it the lock, while this process runs (its runs claimable)
+                    self._conn.execute("SET idle_session_timeout = 0")
                 row = self._conn.execute(
                     sql.LIVENESS_LOCK, (sql.LIVENESS_SPACE, self.key)
                 ).fetchone()
@@ -144,7 +162,7 @@ class Leases:
         owner's interpreter is; a dead owner's leases lapse at once."""
         self.liveness = Liveness(pool)
         self._held: dict[str, float] = {}
-        """Each held lease's owner, and when (monotonic) it was last known renewed."""
+        """Each held lease's owner, and when (by ``clock``) it was last known renewed."""
         self.lost: set[str] = set()
         """Owners whose lease this process failed to renew or found taken over."""
         self.statuses: dict[str, str] = {}
@@ -167,7 +185,7 @@ class Leases:
             "aid": analysis_id,
             "space": sql.LIVENESS_SPACE,
         }
-        sent = time.monotonic()
+        sent = clock()
         with self.pg.connection() as conn:
             row = conn.execute(sql.CLAIM, params).fetchone()
         if row is None:
@@ -196,7 +214,7 @@ class Leases:
         # that connection checked, and made again if it was lost
         for attempt in range(LIVENESS_ATTEMPTS):
             params["key"], params["pid"] = self._held_lock(ping=attempt > 0)
-            sent = time.monotonic()
+            sent = clock()
             with self.pg.connection() as conn:
                 rows = conn.execute(sql.CLAIM_NEXT, params).fetchall()
             if rows and rows[0][0]:
@@ -297,7 +315,7 @@ class Leases:
             owners = sorted(self._held)
         if not owners:
             return
-        started = time.monotonic()
+        started = clock()
         key = self.liveness.ensure(ping=True)  # a dropped liveness connection is re-made
         params = {
             "lease": self.stuck_seconds,
@@ -340,7 +358,7 @@ class Leases:
         with self._lock:
             renewed = self._held.get(owner)
             return owner in self.lost or (
-                renewed is not None and time.monotonic() - renewed > self.lease_seconds
+                renewed is not None and clock() - renewed > self.lease_seconds
             )
 
     def close(self) -> None:

@@ -374,12 +374,13 @@ def test_a_read_repairs_the_index_only_where_what_it_saw_still_holds(
     from amber.memory.read import _Reader
 
     mem = stack.memory(agent_id)
-    for name in ("back", "gone", "typed", "stays"):
+    names = ["back", "gone", "typed", "listed", "stays"]
+    for name in names:
         mem.set(name, "before")
-    stack.redis.delete(mem.key("back"), mem.key("gone"), mem.key("typed"))
-    stack.redis.rpush(mem.key("typed"), "a")  # another client made it a list
+    stack.redis.delete(*(mem.key(n) for n in ("back", "gone", "typed", "listed")))
+    stack.redis.rpush(mem.key("typed"), "a")  # another client made them lists
+    stack.redis.rpush(mem.key("listed"), "a")
     reader = _Reader(stack.redis, stack.keys, agent_id)
-    names = ["back", "gone", "typed", "stays"]
     items = reader.read(names, None, None)
     assert items is not None
     mem.set("back", "written again")  # between the read and its repair
@@ -389,6 +390,7 @@ def test_a_read_repairs_the_index_only_where_what_it_saw_still_holds(
     index = stack.redis.hgetall(stack.keys.l1_index(agent_id))
     assert b"gone" not in index and b"back" in index
     assert index[b"typed"].startswith(b"string:")
+    assert index[b"listed"].startswith(b"list:")  # still a list: the index follows it
     after = read_memory(stack.redis, stack.keys, agent_id).memory
     assert after["back"].value == b"written again" and after["typed"].value == b"a string again"
-    assert set(after) == {"back", "typed", "stays"}
+    assert set(after) == {"back", "typed", "listed", "stays"} and after["listed"].type == "list"

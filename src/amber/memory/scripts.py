@@ -418,4 +418,4 @@ return {{backup, 1}}
 """
 
 
-register_idempotent(READ, READ_CHANGES, CACHE, WRITE_SEALED)
+register_idempotent(READ, READ_CHANGES, REPAIR_INDEX, CACHE, WRITE_SEALED)

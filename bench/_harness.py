@@ -449,9 +449,11 @@ def series(
     warmup: int = 3,
     budget_s: float | None = None,
     collect: bool = False,
+    before_each: Callable[[int], Any] | None = None,
 ) -> dict[str, list[float]]:
     """Time each op ``n`` times, interleaved round by round (the order rotates each round,
-    so machine noise hits every contender alike). ``before(i)`` runs untimed first.
+    so machine noise hits every contender alike). ``before(i)`` runs untimed first in a
+    round, ``before_each(i)`` untimed before each op (so no op finds another's leavings).
     Stops early once ``budget_s`` seconds have passed (at least 5 timed rounds).
 
     ``collect``: Python's garbage is collected, untimed, before every op. Where ops
@@ -467,6 +469,8 @@ def series(
             before(i)
         k = i % len(names)
         for name in names[k:] + names[:k]:
+            if before_each is not None:
+                before_each(i)
             if collect:
                 gc.collect()
             ms, _ = timed(lambda name=name, i=i: ops[name](i))

@@ -309,7 +309,7 @@ class Bench:
                 FLOOR_RESTORE: floor,
             },
             n,
-            before=empty,
+            before_each=empty,
             budget_s=budget,
             collect=keys >= 10_000,
         )

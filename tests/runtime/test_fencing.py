@@ -183,11 +183,9 @@ class _ReplyAfterFreeze:
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             cursor = self.conn.execute(query, params, **kwargs)
-            freeze, self.pool.freeze = self.pool.freeze, lambda: None
-            if query in (sql.CLAIM, sql.CLAIM_NEXT):
+            if query in (sql.CLAIM, sql.CLAIM_NEXT):  # once: the next claim is not held up
+                freeze, self.pool.freeze = self.pool.freeze, lambda: None
                 freeze()
-            else:
-                self.pool.freeze = freeze
             return cursor
 
 

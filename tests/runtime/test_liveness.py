@@ -144,10 +144,10 @@ def test_the_liveness_lock_outlives_a_server_idle_session_timeout(engines: Engin
     off for its own session, so the lock is held by the same backend a second later."""
     from psycopg_pool import ConnectionPool
 
-    from amber.runtime.leases import Leases
+    from amber.runtime.leases import IDLE_TIMEOUT_SINCE, Leases
 
     with psycopg.connect(engines.database_url) as conn:
-        if conn.info.server_version < 140000:
+        if conn.info.server_version < IDLE_TIMEOUT_SINCE:
             pytest.skip("idle_session_timeout is PostgreSQL 14's")
     pool = ConnectionPool(
         engines.database_url, kwargs={"options": "-c idle_session_timeout=200"}, open=True

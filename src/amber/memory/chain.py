@@ -92,11 +92,6 @@ class _Row:
     """Each key this row's delta touched, as it was in the row before (None: absent)."""
 
 
-def _total(canon: dict[str, Canon]) -> int:
-    """The sum of the key digests of a memory in canonical form."""
-    return codec.digest_sum(canon)
-
-
 class FoldedChain:
     """A chain of PostgreSQL snapshot rows applied in order: the newest row's keys in
     canonical form, and what it takes to step back to any older row. Rows become
@@ -122,7 +117,7 @@ class FoldedChain:
         row = self.rows[k]
         total = row.total
         if total is None:  # folded unchecked (see fold_chain): checked now, whole
-            total = _total(canon)
+            total = codec.digest_sum(canon)
             if codec.combine(total) != row.recorded:
                 raise CodecError(f"snapshot of row {row.seq} does not match its recorded hash")
         loaded = loaded_canon(
@@ -219,7 +214,7 @@ def _fold(rows: list[tuple[Any, ...]], each: bool) -> tuple[FoldedChain, str | N
         prev = seq
     if not each and chain.rows:
         newest = chain.rows[-1]
-        total = _total(canon)
+        total = codec.digest_sum(canon)
         if codec.combine(total) != newest.recorded:
             return FoldedChain(), f"snapshot of row {newest.seq} does not match its recorded hash"
         chain.rows[-1] = dataclasses.replace(newest, total=total)

@@ -194,9 +194,9 @@ def apply_canon(
     values: list[Flat] = []
     ttls: list[int] = []
     for name, c in canon.items():  # in the order of ``names``: one pass, 10,000 keys
-        rtype, v, ttl = c
+        rtype, _, ttl = c
         types.append(rtype)
-        values.append(v if rtype == "string" and type(v) is str else _canon_flat(name, c))
+        values.append(_canon_flat(name, c))
         ttls.append(ttl if ttl > 0 else 0)
     payload = (types, values, ttls)
     return _apply(client, keys, agent_id, names, payload, seq, ttl_ms, token, held)
@@ -338,7 +338,6 @@ class L1CacheRestorer:
             return None
         meta = SnapshotMeta.unseal(cast(bytes, meta_raw))
         canon: dict[str, Canon] = {}
-        total = 0
         for raw_name, raw_item in cast(dict[bytes, bytes], fields).items():
             name = raw_name.decode("utf-8", "replace")
             try:
@@ -346,7 +345,7 @@ class L1CacheRestorer:
             except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
                 raise CodecError(f"secondary key {name!r} is malformed: {exc}") from None
             canon[name] = canon_of(name, {"type": rtype, "value": value, "ttl_ms": ttl})
-            total += codec.key_digest(name, rtype, value)
+        total = codec.digest_sum(canon)
         return loaded_canon("redis_secondary", canon, total, meta.hash, meta.seq, meta.epoch)
 
     def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:

@@ -399,7 +399,7 @@ def restore_floor(stack: Stack, analysis_id: str, agent_type: str) -> Callable[[
 
     def restore(i: int) -> None:
         with stack.pg.connection() as conn:
-            rows = conn.execute(sql.SNAPSHOT_CHAIN, params).fetchall()
+            rows = conn.execute(sql.SNAPSHOT_CHAIN, params, binary=True).fetchall()
         keys: dict[str, Any] = {}
         for row in rows:
             doc = codec.decode_document(codec.unpack(row[1], row[2]))

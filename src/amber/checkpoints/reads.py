@@ -20,7 +20,7 @@ from amber.checkpoints.model import Checkpoint, unseal
 from amber.checkpoints.versions import CheckpointMigrations
 from amber.errors import AmberError, CheckpointCorrupt, CheckpointNotFound, StoreUnavailable
 from amber.keys import Keys, check_id, check_uuid
-from amber.memory.chain import fold_chain
+from amber.memory.chain import chain_rows, fold_chain
 from amber.memory.reading import redis_errors
 from amber.memory.snapshot import elapsed_ms
 from amber.schema import sql
@@ -237,9 +237,7 @@ class CheckpointReads:
             aid, atype, seq, stored = row
             if not stored:
                 return None
-            rows = conn.execute(
-                sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": int(seq) + 1}
-            ).fetchall()
+            rows = chain_rows(conn, aid, atype, int(seq) + 1)
         chain, error = fold_chain(rows)
         if error or not chain or rows[len(chain) - 1][0] != seq:
             raise CheckpointCorrupt(

@@ -396,7 +396,8 @@ class SaverCore:
     def _rows(self, statement: str, params: dict[str, Any], *, known: int) -> _Rows:
         try:
             with self.pg.connection() as conn:
-                found = conn.execute(statement, {**params, "known": known})
+                # binary: blobs come as their bytes, not as hex to decode
+                found = conn.execute(statement, {**params, "known": known}, binary=True)
                 records = found.fetchall()
         except psycopg.DataError as exc:
             raise InvalidValue(f"checkpoint query refused: {exc}".strip()) from None

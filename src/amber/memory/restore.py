@@ -29,7 +29,14 @@ from amber.errors import (
 )
 from amber.keys import Keys, check_id, check_key, check_keys, check_uuid
 from amber.memory import scripts
-from amber.memory.chain import FoldedChain, Loaded, canon_of, fold_chain, loaded_canon
+from amber.memory.chain import (
+    FoldedChain,
+    Loaded,
+    canon_of,
+    chain_rows,
+    fold_chain,
+    loaded_canon,
+)
 from amber.memory.reading import redis_errors
 from amber.memory.snapshot import (
     Canon,
@@ -38,7 +45,6 @@ from amber.memory.snapshot import (
     elapsed_ms,
     read_memory,
 )
-from amber.schema import sql
 
 log = logging.getLogger("amber.memory")
 
@@ -137,12 +143,10 @@ def _flat(rtype: str, v: Any, name: str) -> Flat:
     return [b for m, score in cast(list[tuple[bytes, float]], v) for b in (repr(score), m)]
 
 
-def _canon_flat(name: str, c: Canon) -> Flat:
-    """A key in canonical form as the RESTORE script takes it, decoded only where its form
-    differs: a string stored as text is packed as it is (``CodecError`` if malformed)."""
+def _decoded_flat(name: str, c: Canon) -> Flat:
+    """A key in canonical form, other than a string stored as text, as the RESTORE script
+    takes it: decoded (``CodecError`` if malformed)."""
     rtype, v, _ = c
-    if rtype == "string" and isinstance(v, str):
-        return v
     return _flat(rtype, codec.decode_value(rtype, v, f"key {name!r}"), name)
 
 
@@ -190,16 +194,15 @@ def apply_canon(
     building its entries first; ``CodecError`` if a value is malformed. ``held``: what
     the agent's index named when the caller read it (None: read here)."""
     names = check_keys(list(canon))
-    types: list[str] = []
-    values: list[Flat] = []
-    ttls: list[int] = []
-    for name, c in canon.items():  # in the order of ``names``: one pass, 10,000 keys
-        rtype, _, ttl = c
-        types.append(rtype)
-        values.append(_canon_flat(name, c))
-        ttls.append(ttl if ttl > 0 else 0)
-    payload = (types, values, ttls)
-    return _apply(client, keys, agent_id, names, payload, seq, ttl_ms, token, held)
+    items = list(canon.values())  # in the order of ``names``
+    types: list[str] = [c[0] for c in items]
+    # a string stored as text (the common case) is packed as it is, with no call per key
+    values: list[Flat] = [
+        c[1] if c[0] == "string" and c[1].__class__ is str else _decoded_flat(n, c)
+        for n, c in zip(names, items, strict=True)
+    ]
+    ttls = [c[2] if c[2] > 0 else 0 for c in items]
+    return _apply(client, keys, agent_id, names, (types, values, ttls), seq, ttl_ms, token, held)
 
 
 def _apply(
@@ -234,8 +237,8 @@ def _apply(
                     seq_key,
                     keys.l1_epoch(agent_id),
                     keys.l1_changes(agent_id),
-                    *(base + n for n in names),
-                    *(base + n for n in sorted(stale)),
+                    *[base + n for n in names],
+                    *[base + n for n in sorted(stale)],
                     keys.l1_fence(agent_id),
                 ],
                 args=[payload, len(names), ttl_ms, seq, epoch, base,
@@ -360,9 +363,7 @@ class L1CacheRestorer:
         in (None: no chain), its sound snapshots oldest first, and why it stops early."""
         aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
         with self.pg.connection() as conn:
-            rows = conn.execute(
-                sql.SNAPSHOT_CHAIN, {"a": aid, "t": atype, "below": below}
-            ).fetchall()
+            rows = chain_rows(conn, aid, atype, below)
         if not rows:
             return None, FoldedChain(), None
         return int(rows[0][0]), *fold_chain(rows)

@@ -9,14 +9,17 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 from typer.testing import CliRunner
 
 import amber
-from amber import ConfigError, StoreUnavailable, defaults
+from amber import AnalysisNotFound, ConfigError, StoreUnavailable, defaults
 from amber.cli import app
 from amber.engines.connect import open_redis, redact
 from amber.engines.embedded import _alive, embedded_state, ensure_embedded, stop_embedded
@@ -260,3 +263,49 @@ def test_the_data_directory_is_found_as_git_finds_its_own(
     monkeypatch.delenv("AMBER_DATA_DIR", raising=False)
     monkeypatch.chdir(deep)
     assert load_settings().data_dir == project / ".amber"
+
+
+def _end_backend(database_url: str, pid: int) -> None:
+    """End backend ``pid`` as a restart or an idle timeout would, and wait until it is gone."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline, "the backend did not end"
+            time.sleep(0.02)
+
+
+def test_connections_the_server_ended_while_idle_are_replaced_before_they_are_used(
+    engines: Engines,
+) -> None:
+    """The server ended every connection of the pool while they sat idle (a restart, a
+    proxy, ``pg_terminate_backend``): the next calls are served by new connections
+    instead of failing with ``StoreUnavailable``."""
+    prefix = f"{engines.prefix}-ended-{uuid.uuid4().hex[:6]}"
+    with amber.connect(
+        engines.redis_url, engines.database_url, prefix=prefix, pg_pool_max=3
+    ) as stack:
+        with stack.pg.connection() as a, stack.pg.connection() as b, stack.pg.connection() as c:
+            before = {a.info.backend_pid, b.info.backend_pid, c.info.backend_pid}
+        for pid in before:
+            _end_backend(engines.database_url, pid)
+        for _ in range(3):
+            with pytest.raises(AnalysisNotFound):  # the statement ran: no such analysis
+                stack.analyses.get(uuid.uuid4())
+        with stack.pg.connection() as conn:
+            assert conn.info.backend_pid not in before
+
+
+def test_a_server_idle_session_timeout_does_not_fail_the_next_call(engines: Engines) -> None:
+    """A server that ends idle sessions (``idle_session_timeout``, 200 ms here) leaves the
+    pool's connection ended between two calls: the second call still succeeds."""
+    with psycopg.connect(engines.database_url) as conn:
+        if conn.info.server_version < 140000:
+            pytest.skip("idle_session_timeout is PostgreSQL 14's")
+    url = make_conninfo(engines.database_url, options="-c idle_session_timeout=200")
+    prefix = f"{engines.prefix}-idle-{uuid.uuid4().hex[:6]}"
+    with amber.connect(engines.redis_url, url, prefix=prefix, pg_pool_max=1) as stack:
+        for _ in range(2):
+            time.sleep(0.5)
+            with pytest.raises(AnalysisNotFound):
+                stack.analyses.get(uuid.uuid4())

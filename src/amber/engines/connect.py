@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import select
 import socket
 import struct
 import time
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 import psycopg
 import redis
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -155,12 +157,39 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, redis.RedisCluster)
 
 
+def _ended(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server has ended ``conn`` while it sat idle in the pool (its
+    ``idle_session_timeout``, a restart, ``pg_terminate_backend``, a proxy closing idle
+    connections): then it has sent an error and closed, so the idle socket reads. A
+    live idle connection has nothing to read (amber listens for no notifications). One
+    poll, no round trip."""
+    pgconn = conn.pgconn
+    if pgconn.status != pq.ConnStatus.OK:
+        return True
+    if not hasattr(select, "poll"):  # no poll (Windows): select, whose sockets are few
+        return bool(select.select([pgconn.socket], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(pgconn.socket, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class AmberPool(ConnectionPool):
-    """A psycopg pool whose connection failures surface as ``StoreUnavailable``."""
+    """A psycopg pool whose connection failures surface as ``StoreUnavailable``, and
+    which replaces a connection the server ended while it was idle before handing it
+    out (so the first statement after an idle timeout or a restart does not fail)."""
 
     def __init__(self, conninfo: str, **kwargs: Any) -> None:
         self.safe_url = redact(conninfo)
-        super().__init__(conninfo, **kwargs)
+        super().__init__(conninfo, check=self._check_idle, **kwargs)
+
+    def _check_idle(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's check of a connection it hands out: one the server ended is closed
+        (the pool opens another in its place), and the other idle ones are checked too,
+        as they are likely gone with it (a restart)."""
+        if _ended(conn):
+            conn.close()
+            self.check()
+            raise psycopg.OperationalError("the server ended this idle connection")
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:

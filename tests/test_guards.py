@@ -86,6 +86,27 @@ def test_a_stale_writer_never_replaces_a_newer_checkpoint(
     assert restored.checkpoint == newest and restored.head_seq == 2
 
 
+def test_the_redis_copy_of_a_checkpoint_that_did_not_commit_is_never_used(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """A refused save's Redis copies go out while PostgreSQL runs its insert, so a copy of
+    the refused checkpoint, at the sequence PostgreSQL holds, may replace the committed
+    one's: a restore still gives the committed checkpoint (the copy names another id)."""
+    runner = _agent(stack, uid)
+    stale = Two(runner.analysis_id, "AAPL", runner.l1_cache)  # continued from nothing
+    runner.complete("one", runner.run_subtask("one"))
+    one = stack.checkpointer.save_checkpoint(runner, "one")
+    with pytest.raises(CheckpointConflict):
+        stack.checkpointer.save_checkpoint(stale, None)  # also sequence 1: refused
+    restored = stack.checkpointer.restore_checkpoint(
+        runner.analysis_id, Two.agent_type, agent_id=runner.agent_id
+    )
+    assert restored.checkpoint == one and restored.head_seq == 1
+    # the refused save's copy had replaced the committed one's, and was not used
+    assert restored.source == "postgresql"
+    assert "redis_backup: at sequence 1, PostgreSQL at 1" in restored.skipped
+
+
 def test_an_older_redis_backup_is_never_trusted_over_postgresql(
     stack: amber.Stack, uid: Callable[[str], str]
 ) -> None:

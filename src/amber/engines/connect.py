@@ -166,7 +166,7 @@ def _ended(conn: psycopg.Connection[Any]) -> bool:
     pgconn = conn.pgconn
     if pgconn.status != pq.ConnStatus.OK:
         return True
-    if not hasattr(select, "poll"):  # no poll (Windows): select, whose sockets are few
+    if not hasattr(select, "poll"):  # Windows has no poll; select serves one socket
         return bool(select.select([pgconn.socket], [], [], 0)[0])
     poller = select.poll()
     poller.register(pgconn.socket, select.POLLIN)
@@ -175,21 +175,33 @@ def _ended(conn: psycopg.Connection[Any]) -> bool:
 
 class AmberPool(ConnectionPool):
     """A psycopg pool whose connection failures surface as ``StoreUnavailable``, and
-    which replaces a connection the server ended while it was idle before handing it
-    out (so the first statement after an idle timeout or a restart does not fail)."""
+    which does not hand out a connection the server ended while it sat idle."""
 
-    def __init__(self, conninfo: str, **kwargs: Any) -> None:
+    def __init__(self, conninfo: str, probe_timeout: float = 1.0, **kwargs: Any) -> None:
         self.safe_url = redact(conninfo)
-        super().__init__(conninfo, check=self._check_idle, **kwargs)
+        self.url = conninfo
+        self.probe_timeout = probe_timeout
+        super().__init__(conninfo, **kwargs)
 
-    def _check_idle(self, conn: psycopg.Connection[Any]) -> None:
-        """The pool's check of a connection it hands out: one the server ended is closed
-        (the pool opens another in its place), and the other idle ones are checked too,
-        as they are likely gone with it (a restart)."""
-        if _ended(conn):
-            conn.close()
-            self.check()
-            raise psycopg.OperationalError("the server ended this idle connection")
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        """A pooled connection the server has not ended (see :func:`_ended`): one it has
+        ended is dropped (the pool opens another) and the next taken, so the first call
+        after an idle timeout or a restart does not fail. When the server does not answer
+        (within ``probe_timeout``), ``OperationalError`` at once, as the ended connection
+        would have failed, instead of waiting for a connection that cannot be made."""
+        conn = super().getconn(timeout)
+        probed = False
+        while _ended(conn):
+            conn.pgconn.finish()  # closed: the pool discards it and opens another
+            self.putconn(conn)
+            if not probed:
+                probed = True
+                try:
+                    _probe_pg(self.url, self.probe_timeout)
+                except StoreUnavailable as exc:
+                    raise psycopg.OperationalError(str(exc)) from None
+            conn = super().getconn(timeout)
+        return conn
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
@@ -303,8 +315,9 @@ def open_pg(
     A server that is not there fails within ``timeout``; one that is there has
     libpq's ``connect_timeout`` (at least 2 s) to finish its startup. A caller waits
     at most ``command_timeout`` for a pooled connection when every one is busy (a
-    pool smaller than the threads using it means waiting, not failing); a lost server
-    fails at once on the connections it had. ``command_timeout`` also bounds opening
+    pool smaller than the threads using it means waiting, not failing). A connection
+    the server ended while it was idle is replaced before use (``AmberPool.getconn``);
+    with the server gone, a call fails within ``timeout``. ``command_timeout`` also bounds opening
     the pool once the server has answered. After an outage the pool connects again on
     the first call made once the server is back, at most ``reconnect_seconds``
     after it.
@@ -319,6 +332,7 @@ def open_pg(
         ) from None
     pool = AmberPool(
         url,
+        probe_timeout=timeout,
         configure=_configure,
         min_size=1,
         max_size=max_size,

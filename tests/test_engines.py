@@ -306,6 +306,10 @@ def test_a_server_idle_session_timeout_does_not_fail_the_next_call(engines: Engi
     prefix = f"{engines.prefix}-idle-{uuid.uuid4().hex[:6]}"
     with amber.connect(engines.redis_url, url, prefix=prefix, pg_pool_max=1) as stack:
         for _ in range(2):
+            with stack.pg.connection() as conn:
+                before = conn.info.backend_pid
             time.sleep(1.5)
-            with pytest.raises(AnalysisNotFound):
+            with pytest.raises(AnalysisNotFound):  # the statement ran: no such analysis
                 stack.analyses.get(uuid.uuid4())
+            with stack.pg.connection() as conn:  # the one connection the call used
+                assert conn.info.backend_pid != before, "the server did not end the session"

@@ -186,22 +186,39 @@ class AmberPool(ConnectionPool):
     def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
         """A pooled connection the server has not ended (see :func:`_ended`): one it has
         ended is dropped (the pool opens another) and the next taken, so the first call
-        after an idle timeout or a restart does not fail. When the server does not answer
-        (within ``probe_timeout``), ``OperationalError`` at once, as the ended connection
-        would have failed, instead of waiting for a connection that cannot be made."""
+        after an idle timeout or a restart does not fail. On finding one, the server is
+        asked once whether it answers (within ``probe_timeout``, per host): if not,
+        ``OperationalError`` then, as the ended connection would have failed, instead of
+        waiting for a connection that cannot be made. ``PoolTimeout`` once ``timeout``
+        (the pool's by default) has passed in all."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         conn = super().getconn(timeout)
         probed = False
-        while _ended(conn):
-            conn.pgconn.finish()  # closed: the pool discards it and opens another
-            self.putconn(conn)
+        while self._dropped(conn):
             if not probed:
                 probed = True
                 try:
                     _probe_pg(self.url, self.probe_timeout)
                 except StoreUnavailable as exc:
                     raise psycopg.OperationalError(str(exc)) from None
-            conn = super().getconn(timeout)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolTimeout("no connection the server had not ended, in time")
+            conn = super().getconn(left)
         return conn
+
+    def _dropped(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether the server ended ``conn``; if so it is given back closed (the pool
+        discards it). Given back as well if the check itself is interrupted."""
+        try:
+            ended = _ended(conn)
+        except BaseException:
+            self.putconn(conn)
+            raise
+        if ended:
+            conn.pgconn.finish()
+            self.putconn(conn)
+        return ended
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
@@ -317,10 +334,11 @@ def open_pg(
     at most ``command_timeout`` for a pooled connection when every one is busy (a
     pool smaller than the threads using it means waiting, not failing). A connection
     the server ended while it was idle is replaced before use (``AmberPool.getconn``);
-    with the server gone, a call fails within ``timeout``. ``command_timeout`` also bounds opening
-    the pool once the server has answered. After an outage the pool connects again on
-    the first call made once the server is back, at most ``reconnect_seconds``
-    after it.
+    the call that finds one while the server is gone fails within ``timeout`` (per
+    host), and the others then wait for a new connection up to ``command_timeout``.
+    ``command_timeout`` also bounds opening the pool once the server has answered.
+    After an outage the pool connects again on the first call made once the server is
+    back, at most ``reconnect_seconds`` after it.
     """
     connect_timeout = _libpq_timeout(timeout)
     try:

@@ -171,9 +171,12 @@ def test_a_worker_that_loses_postgres_resumes_when_it_returns(
     assert not thread.is_alive()
     print(
         f"\nworker: PostgreSQL down {OUTAGE:g}s at the 3rd step; {worker.stats.errors} run(s)"
-        f" stopped, {worker.stats.claimed} claim(s), {len(started)} step starts for 12 steps"
+        f" stopped, {worker.stats.claimed} claim(s), {len(started)} step starts"
     )
-    assert worker.stats.errors >= 1 and worker.stats.claimed >= 2  # it lost it, and came back
+    # either its run failed on the lost server and it claimed the analysis again, or the
+    # run's next statement met the server shutting down (it answers, so the pool waits
+    # for a connection) and went on once PostgreSQL was back: both are fine
+    assert worker.stats.claimed == worker.stats.errors + 1
     assert market.duplicate_calls == 0 and worker.coordinator.reexecuted == 0
     results = stack.analyses.results(aid)
     assert len(results) == 3 and {r["status"] for r in results} == {"completed"}

@@ -237,14 +237,20 @@ def unexplained_rollbacks(
 ) -> list[dict[str, Any]]:
     """The rollbacks (time, detail) that no Redis loss explains. A loss explains one when
     it was recorded (its ``fault`` line, written once the loss was complete) after the
-    checkpoint rolled back from was taken and before the rollback: the memory of a
-    checkpoint taken after a loss went into the Redis that followed it, and only a later
+    checkpoint before the one rolled back from was taken, and before the rollback. The
+    step that made the checkpoint rolled back from may have run across the loss: its
+    writes, deferred to its save, went to the Redis that had lost the memory, and its row
+    (``hybrid``) does not hold them; the save finds that after the commit and writes
+    Redis's copy of the memory then, so a kill around the commit leaves a checkpoint
+    whose memory is nowhere, and the agent rolls back from it. A checkpoint whose
+    step began after the loss put its memory in the Redis that followed, and only a later
     loss can take it. A kill alone never may."""
     losses = [t for _, t in _losses(entries)]
     taken = {(r.agent_type, r.seq): r.time for r in rows}
     out = []
     for at, detail in rolled:
-        since = taken.get((detail["agent_type"], detail["from_checkpoint"]), float("-inf"))
+        before = (detail["agent_type"], int(detail["from_checkpoint"]) - 1)
+        since = taken.get(before, float("-inf"))
         if not any(since <= t <= at for t in losses):
             out.append(detail)
     return out

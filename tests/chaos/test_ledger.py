@@ -374,13 +374,19 @@ def test_a_reported_rollback_excuses_the_calls_of_what_it_runs_again() -> None:
     assert duplicate_calls(entries, _committed, frozenset({("fin", "parse")})) == (1, [])
 
 
-def test_a_rollback_is_explained_only_by_a_redis_loss_after_its_checkpoint() -> None:
+def test_a_rollback_is_explained_only_by_a_redis_loss_during_or_after_its_step() -> None:
     def rollback(from_checkpoint: int) -> dict[str, object]:
         return {"agent_type": "fin", "from_checkpoint": from_checkpoint, "to_checkpoint": 1}
 
+    # checkpoints 1, 2, 3 taken at 11.0, 12.0, 21.0; Redis lost at 15.0
     entries = ledger(f"fault {ENGINE} redis-flush 15.0")
-    early, late = rollback(2), rollback(3)  # taken at 12.0 (before the loss) and 21.0
-    assert unexplained_rollbacks(entries, ROWS, [(16.0, early)]) == []
-    assert unexplained_rollbacks(entries, ROWS, [(22.0, late)]) == [late]  # a kill's
-    assert unexplained_rollbacks(entries, ROWS, [(14.0, early)]) == [early]  # before it
-    assert unexplained_rollbacks(ledger(), ROWS, [(16.0, early)]) == [early]
+    two, three = rollback(2), rollback(3)
+    assert unexplained_rollbacks(entries, ROWS, [(16.0, two)]) == []
+    # the step of checkpoint 3 began at 12.0 and ran across the loss: its deferred writes
+    # went to the Redis that had lost the memory
+    assert unexplained_rollbacks(entries, ROWS, [(22.0, three)]) == []
+    assert unexplained_rollbacks(entries, ROWS, [(14.0, two)]) == [two]  # before the loss
+    assert unexplained_rollbacks(ledger(), ROWS, [(16.0, two)]) == [two]
+    # lost before checkpoint 2 was taken: 3's step wrote into the Redis that followed
+    earlier = ledger(f"fault {ENGINE} redis-flush 11.5")
+    assert unexplained_rollbacks(earlier, ROWS, [(22.0, three)]) == [three]  # a kill's

@@ -153,6 +153,35 @@ def test_staged_writes_redis_did_not_take_are_recovered_from_the_checkpoint(
     assert [v for v in restored["log"].value] == [b"x"]
 
 
+@OVERLAPPED
+def test_without_the_memory_in_the_row_a_lost_memory_is_recovered_from_the_saves_copy(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """Redis lost the memory between the batch and a save whose row does not hold it
+    (``hybrid``): the checkpoint commits, the save says Redis did not take the writes
+    and that the memory is in Redis's copy alone, which it wrote after the commit, and
+    recovering gives the memory the agent wrote, current."""
+    agent = _saved_agent(stack, uid, guarded=True)
+    mem, k, aid = agent.l1_cache, stack.keys, agent.agent_id
+    with mem.batch(defer=True) as b:
+        b.set("a", "two")
+    stack.redis.delete(*(mem.key(n) for n in ("a", "b", "log")), k.l1_index(aid),
+                       k.l1_seq(aid), k.l1_epoch(aid), k.l1_snapshot(aid),
+                       k.l1_snapshot_meta(aid))  # fmt: skip
+    name = agent.next_subtask()
+    assert name is not None
+    agent.complete(name, name)
+    with pytest.raises(MemoryLost, match="its memory in Redis's copy of it alone"):
+        stack.checkpointer.save_checkpoint(agent, name, dual_write=False)
+    assert stack.checkpointer.heads(agent.analysis_id) == {Writer.agent_type: agent.checkpoint_seq}
+    report = stack.recovery.recover_agent_state(
+        aid, agent.analysis_id, Writer.agent_type, want=agent.checkpoint_l1
+    )
+    assert report.current and report.path == "redis_secondary", report
+    restored = read_memory(stack.redis, k, aid).memory
+    assert restored["a"].value == b"two" and restored["b"].value == b"1"
+
+
 def _break_sends(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every send of a save's Redis commands fails, as on a connection lost meanwhile."""
     real = Pending.send_now

@@ -241,7 +241,7 @@ class AgentCheckpointer(CheckpointReads):
                 replies = [redis.ConnectionError("the deferred writes could not be sent")] * 2
             replies[0] = staged.again(replies[0])
             if not staged.applied(replies[0]):
-                self._not_applied(cp, mem, snap, copies, staged, replies)
+                self._not_applied(cp, mem, snap, copies, staged, replies, l1 is not None)
                 observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
                 return cp
         if quiet or copies is not None:
@@ -325,17 +325,21 @@ class AgentCheckpointer(CheckpointReads):
         copies: tuple[SnapshotMeta, Sealed] | None,
         staged: Staged,
         replies: list[Any],
+        in_row: bool,
     ) -> None:
         """After a commit whose deferred writes Redis did not take as planned. Applied
         later in the same epoch (another object's write came first): nothing is lost, and
         the next save reads what Redis holds. Otherwise working memory is not the
         checkpoint's: ``MemoryLost`` (or ``Fenced``) says so, and the memory is recovered
-        from that checkpoint, which holds the writes."""
+        from that checkpoint: its row when it holds the memory (``in_row``), else the
+        Redis copy written here (``hybrid``; without it, the recovery rolls back)."""
         self.snapshotter.forget(cp.agent_id)
         mem.known.spoil()
         with contextlib.suppress(StoreUnavailable):  # copies: a cache; the error is below
             self._cache(cp, snap, copies, lambda: replies[1])
-        error = staged.error(replies[0], cp.seq, cp.checkpoint_id, cp.analysis_id, cp.writer)
+        error = staged.error(
+            replies[0], cp.seq, cp.checkpoint_id, cp.analysis_id, cp.writer, in_row
+        )
         if error is not None:
             raise error
 

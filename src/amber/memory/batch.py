@@ -173,17 +173,34 @@ class Staged:
         return None
 
     def error(
-        self, reply: Any, seq: int, checkpoint_id: str, analysis_id: str, writer: str | None
+        self,
+        reply: Any,
+        seq: int,
+        checkpoint_id: str,
+        analysis_id: str,
+        writer: str | None,
+        in_row: bool = True,
     ) -> AmberError | None:
         """What a save that committed checkpoint ``seq`` raises when Redis answered
         ``reply`` (not applied as planned): None when Redis applied the writes later in
         the same epoch (another object's write came first: nothing lost); ``Fenced`` when
         a later run took the memory over; else ``MemoryLost``: working memory is not the
-        checkpoint's, and is recovered from it, which holds the writes."""
+        checkpoint's, and is recovered from the checkpoint's row when it holds the memory
+        (``in_row``), else (``hybrid``) from the Redis copy the save writes after it."""
         if self.overtaken(reply):
             return None
         if isinstance(reply, redis.ResponseError) and str(reply).startswith(scripts.FENCED):
             return fenced(analysis_id, str(writer), "write its deferred memory writes")
+        if not in_row:
+            return MemoryLost(
+                f"checkpoint {seq} is in PostgreSQL and its memory in Redis's copy of it"
+                f" alone (this mode keeps memory in Redis), but Redis did not take the writes"
+                f" deferred to it ({self.why(reply)}); recover the memory from that copy (if"
+                " Redis lost it too, recovering rolls the agent back, and says so)",
+                agent_id=self.mem.agent_id,
+                analysis_id=analysis_id,
+                checkpoint_id=checkpoint_id,
+            )
         return MemoryLost(
             f"checkpoint {seq} is in PostgreSQL with the writes deferred to it, but Redis"
             f" did not take them ({self.why(reply)}); recover the memory from it",

@@ -391,15 +391,14 @@ def restore_floor(stack: Stack, analysis_id: str, agent_type: str) -> Callable[[
     ``stack``'s: the least any restore of working memory from PostgreSQL into Redis costs,
     before it verifies, indexes or fences anything. String values only."""
     from amber import codec
-    from amber.schema import sql
+    from amber.memory.chain import chain_rows
 
     script = stack.redis.register_script(_WRITE_WITH_TTL)
     base = f"{stack.keys.prefix}:{{floor}}:"  # one slot, as an agent's keys are
-    params = {"a": analysis_id, "t": agent_type, "below": 2**62}
 
     def restore(i: int) -> None:
         with stack.pg.connection() as conn:
-            rows = conn.execute(sql.SNAPSHOT_CHAIN, params, binary=True).fetchall()
+            rows = chain_rows(conn, analysis_id, agent_type, 2**62)
         keys: dict[str, Any] = {}
         for row in rows:
             doc = codec.decode_document(codec.unpack(row[1], row[2]))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import select
 import socket
 import struct
 import time
@@ -35,6 +34,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from amber import defaults
+from amber.engines.overlap import wait_socket
 from amber.engines.retry import Policy, RetryingCluster, RetryingRedis
 from amber.errors import ConfigError, StoreUnavailable
 from amber.redis_url import parse_redis_url
@@ -164,13 +164,7 @@ def _ended(conn: psycopg.Connection[Any]) -> bool:
     live idle connection has nothing to read (amber listens for no notifications). One
     poll, no round trip."""
     pgconn = conn.pgconn
-    if pgconn.status != pq.ConnStatus.OK:
-        return True
-    if not hasattr(select, "poll"):  # Windows has no poll; select serves one socket
-        return bool(select.select([pgconn.socket], [], [], 0)[0])
-    poller = select.poll()
-    poller.register(pgconn.socket, select.POLLIN)
-    return bool(poller.poll(0))
+    return pgconn.status != pq.ConnStatus.OK or wait_socket(pgconn.socket, timeout=0)
 
 
 class AmberPool(ConnectionPool):

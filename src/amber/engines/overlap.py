@@ -159,7 +159,7 @@ class Overlapped:
         else:
             pgconn.send_query_params(self.query, values, param_formats=formats)
         while pgconn.flush():
-            if _wait(pgconn.socket, write=True):
+            if wait_socket(pgconn.socket, write=True):
                 pgconn.consume_input()
 
     @staticmethod
@@ -170,7 +170,7 @@ class Overlapped:
         while True:
             pgconn.consume_input()
             while pgconn.is_busy():
-                _wait(pgconn.socket, write=False)
+                wait_socket(pgconn.socket)
                 pgconn.consume_input()
             result = pgconn.get_result()
             if result is None:
@@ -184,13 +184,15 @@ class Overlapped:
                 first = result
 
 
-def _wait(fd: int, write: bool) -> bool:
-    """Block until ``fd`` is ready to read (or, with ``write``, to read or write);
-    whether it is ready to read."""
+def wait_socket(fd: int, write: bool = False, timeout: float | None = None) -> bool:
+    """Block until ``fd`` is ready to read (or, with ``write``, to read or write), or
+    ``timeout`` seconds pass (None: no limit; 0: just look); whether it is ready to read
+    (or hung up)."""
     if hasattr(select, "poll"):
         poller = select.poll()
         poller.register(fd, select.POLLIN | (select.POLLOUT if write else 0))
+        wait_ms = None if timeout is None else int(timeout * 1000)
         return any(ev & (select.POLLIN | select.POLLHUP | select.POLLERR)
-                   for _, ev in poller.poll())  # fmt: skip
-    readable, _, _ = select.select([fd], [fd] if write else [], [])
+                   for _, ev in poller.poll(wait_ms))  # fmt: skip
+    readable, _, _ = select.select([fd], [fd] if write else [], [], timeout)
     return bool(readable)

@@ -179,7 +179,7 @@ class Staged:
         checkpoint_id: str,
         analysis_id: str,
         writer: str | None,
-        in_row: bool = True,
+        in_row: bool,
     ) -> AmberError | None:
         """What a save that committed checkpoint ``seq`` raises when Redis answered
         ``reply`` (not applied as planned): None when Redis applied the writes later in
@@ -191,19 +191,18 @@ class Staged:
             return None
         if isinstance(reply, redis.ResponseError) and str(reply).startswith(scripts.FENCED):
             return fenced(analysis_id, str(writer), "write its deferred memory writes")
-        if not in_row:
-            return MemoryLost(
-                f"checkpoint {seq} is in PostgreSQL and its memory in Redis's copy of it"
-                f" alone (this mode keeps memory in Redis), but Redis did not take the writes"
-                f" deferred to it ({self.why(reply)}); recover the memory from that copy (if"
-                " Redis lost it too, recovering rolls the agent back, and says so)",
-                agent_id=self.mem.agent_id,
-                analysis_id=analysis_id,
-                checkpoint_id=checkpoint_id,
-            )
-        return MemoryLost(
+        why = self.why(reply)
+        message = (
             f"checkpoint {seq} is in PostgreSQL with the writes deferred to it, but Redis"
-            f" did not take them ({self.why(reply)}); recover the memory from it",
+            f" did not take them ({why}); recover the memory from it"
+            if in_row
+            else f"checkpoint {seq} is in PostgreSQL and its memory in Redis's copy of it"
+            f" alone (this mode keeps memory in Redis), but Redis did not take the writes"
+            f" deferred to it ({why}); recover the memory from that copy (if Redis lost it"
+            " too, recovering rolls the agent back, and says so)"
+        )
+        return MemoryLost(
+            message,
             agent_id=self.mem.agent_id,
             analysis_id=analysis_id,
             checkpoint_id=checkpoint_id,

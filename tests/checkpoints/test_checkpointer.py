@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import os
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -189,3 +191,24 @@ def test_newer_record_is_refused_and_gaps_are_named(stack: amber.Stack, agent: P
         stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent", "0.9")
     with pytest.raises(MigrationError, match="no migration registered"):
         stack.checkpointer.restore_checkpoint(agent.analysis_id, "probe_agent", "2.0")
+
+
+def test_a_row_of_a_few_kilobytes_stays_whole_in_its_page(stack: amber.Stack, agent: Probe) -> None:
+    # incompressible values: the row's memory takes about 4 KB however it is packed
+    agent.l1_cache.set("noise", base64.b64encode(os.urandom(3000)))
+    with stack.pg.connection() as conn:
+        toast = conn.execute(
+            "SELECT reltoastrelid::regclass::text FROM pg_class"
+            " WHERE oid = 'agent_checkpoints'::regclass"
+        ).fetchone()
+        assert toast is not None
+        count = f"SELECT count(*) FROM {toast[0]}"
+        before = conn.execute(count).fetchone()
+        stack.checkpointer.save_checkpoint(agent, "one")
+        size = conn.execute(
+            "SELECT pg_column_size(c.*) FROM agent_checkpoints c WHERE analysis_id = %s",
+            (agent.analysis_id,),
+        ).fetchone()
+        after = conn.execute(count).fetchone()
+    assert size is not None and 3000 < size[0] < 8000
+    assert after == before  # no part of it went to the TOAST table

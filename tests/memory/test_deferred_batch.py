@@ -462,6 +462,22 @@ def test_commands_that_cannot_be_packed_send_nothing_and_give_the_connection_bac
 
 
 @OVERLAPPED
+def test_replies_read_early_are_kept_for_later_and_the_connection_goes_back_once(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """A save reads Redis's replies while PostgreSQL commits, and uses them after."""
+    key = stack.keys.prefix + ":" + uid("early")
+    pending = Pending.hold(stack.redis)
+    assert pending is not None
+    assert pending.send_now([("SET", key, b"v"), ("INCR", key)])
+    first = pending.replies()
+    assert first[0] == b"OK" and isinstance(first[1], redis.ResponseError)
+    assert pending.replies() is first and pending.done
+    assert stack.redis.get(key) == b"v"  # the pool has its connection back, and serves
+    stack.redis.delete(key)
+
+
+@OVERLAPPED
 def test_without_the_memory_in_the_row_a_failed_send_refuses_the_save_before_the_insert(
     stack: amber.Stack, uid: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

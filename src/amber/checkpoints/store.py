@@ -202,7 +202,12 @@ class AgentCheckpointer(CheckpointReads):
                           cp.seq, self.backup_ttl_ms)  # fmt: skip
                 copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
                 commands = self._cache_commands(snap, *copies, staged=staged, inline=first)
-                return pending is not None and pending.send_now(commands)
+                sent = pending is not None and pending.send_now(commands)
+                if sent and not first and pending is not None:
+                    # Redis answers before PostgreSQL commits: its replies are read (and
+                    # kept, for after the commit) while the insert is still under way
+                    pending.replies()
+                return sent
             except Exception:
                 if first:
                     raise

@@ -27,6 +27,7 @@ class Pending:
         self.count = count
         self.pid = os.getpid()
         self.done = False
+        self._got: list[Any] | None = None
 
     @classmethod
     def send(cls, client: redis.Redis, *command: Any) -> Pending | None:
@@ -94,18 +95,23 @@ class Pending:
         return got
 
     def replies(self) -> list[Any]:
-        """Every reply, in order, read once: a ``redis.ResponseError`` stands in the list
-        rather than being raised, and so does the error that lost the connection, for the
-        reply it lost and every one after it (each read before it is kept). The
-        connection goes back to its pool (disconnected when lost) either way. In a forked
-        child the parent's replies are not ours to read: each is ``redis.ConnectionError``."""
+        """Every reply, in order: a ``redis.ResponseError`` stands in the list rather than
+        being raised, and so does the error that lost the connection, for the reply it
+        lost and every one after it (each read before it is kept). Read once, and kept: a
+        later call returns the same list, so a caller may read them early (while another
+        round trip is under way) and use them later. The connection goes back to its pool
+        (disconnected when lost) either way. In a forked child the parent's replies are
+        not ours to read: each is ``redis.ConnectionError``."""
+        if self._got is not None:
+            return self._got
         if self.done:
-            raise RuntimeError("these replies were read already")
+            raise RuntimeError("these replies were given up unread")
         self.done = True
         if self.pid != os.getpid():
-            return [redis.ConnectionError("a reply sent before fork is not this process's")] * (
-                self.count
-            )
+            self._got = [
+                redis.ConnectionError("a reply sent before fork is not this process's")
+            ] * self.count
+            return self._got
         out: list[Any] = []
         try:
             while len(out) < self.count:
@@ -116,9 +122,12 @@ class Pending:
         except (redis.RedisError, OSError) as exc:
             self.conn.disconnect()  # type: ignore[no-untyped-call]
             out += [exc] * (self.count - len(out))
-        except BaseException:
+        except BaseException:  # interrupted: what was not read is as good as lost
             self.conn.disconnect()  # type: ignore[no-untyped-call]
+            lost = redis.ConnectionError("the reply was not read: interrupted")
+            self._got = out + [lost] * (self.count - len(out))
             raise
         finally:
             self.pool.release(self.conn)
+        self._got = out
         return out

@@ -344,9 +344,12 @@ def test_own_ttls_survive_pause_resume_and_restore(
     assert entry is not None and entry.endswith(b":own")
 
 
-def test_sealed_values_detect_every_flipped_byte() -> None:
-    blob = codec.seal(42, orjson.dumps({"k": "v" * 50}))
-    assert codec.unseal(blob) == (42, orjson.dumps({"k": "v" * 50}))
+@pytest.mark.parametrize("stored", [False, True], ids=["compressed", "stored as it is"])
+def test_sealed_values_detect_every_flipped_byte(stored: bool) -> None:
+    raw = orjson.dumps({"k": "v" * 50})
+    blob = codec.seal(42, raw, codec.store(raw) if stored else None)
+    assert codec.unseal(blob) == (42, raw)
+    assert (len(blob) - codec.SEAL_HEADER > len(raw)) == stored  # a frame around the bytes
     for i in range(len(blob)):
         bad = bytearray(blob)
         bad[i] ^= 0x10

@@ -278,7 +278,11 @@ class SaverCore:
         self, at: Target, seq: int, body: Body, blobs: list[Blob], behind: bool = False
     ) -> None:
         """Write the hot copy; ``behind``: its reply read later (a put's, see ``HotWrites``)."""
-        sealed = codec.seal(seq, hot_copy(body, blobs))
+        # not compressed again: its blobs of COMPRESS_MIN bytes or more are already, so
+        # the copy takes about the bytes its rows take in PostgreSQL (a 10 KB copy: 1 us
+        # against 30 to 74 us to compress it)
+        raw = hot_copy(body, blobs)
+        sealed = codec.seal(seq, raw, codec.store(raw))
         self.hot.write(
             [self.keys.lg_heads(at.thread_id)],
             [

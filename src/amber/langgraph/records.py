@@ -14,7 +14,8 @@ decoded. Bytes of ``COMPRESS_MIN`` or more are stored zstd-compressed with their
 decompressed size recorded, which bounds decompression (``codec.unpack``).
 
 The *hot copy* of a namespace's newest checkpoint (Redis) is its body and every blob
-it needs in one msgpack list, sealed by ``codec.seal`` under the row's sequence.
+it needs in one msgpack list, sealed by ``codec.seal`` under the row's sequence and
+stored as it is (``codec.store``), not compressed a second time.
 """
 
 from __future__ import annotations

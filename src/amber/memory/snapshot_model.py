@@ -235,7 +235,8 @@ class SnapshotMeta:
 
     def seal(self) -> bytes:
         """The stored form: the JSON sealed with the snapshot's sequence and a checksum."""
-        return codec.seal(self.seq, self.to_json())
+        raw = self.to_json()
+        return codec.seal(self.seq, raw, codec.store(raw))  # a few hundred bytes
 
     @classmethod
     def from_json(cls, raw: bytes) -> SnapshotMeta:

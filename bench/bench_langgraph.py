@@ -174,7 +174,12 @@ def rows_floor(stack: Any) -> Callable[[int], None]:
     """An op writing the rows a put of the long-thread case writes (2 channel values of
     about 1 KB and one checkpoint row naming 10 channels), in one transaction pipelined
     in one round trip, into tables of their own: no lock, no check, no checksum, no
-    Redis. What any put that stores those rows durably in PostgreSQL costs at least."""
+    Redis. What any put that stores those rows durably in PostgreSQL costs at least.
+
+    The transaction is the one PostgreSQL makes of every statement up to the pipeline's
+    sync on a connection in autocommit, as LangGraph's put has it: an explicit
+    ``transaction()`` sends ``BEGIN`` and ``COMMIT`` as statements of their own, and
+    measured 0.24 ms slower (0.69 against 0.45 ms a put)."""
     with stack.pg.connection() as conn:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS bench_floor_blobs (thread TEXT, channel TEXT,"
@@ -189,7 +194,8 @@ def rows_floor(stack: Any) -> Callable[[int], None]:
     thread = f"floor-{uuid.uuid4().hex}"
 
     def put(i: int) -> None:
-        with stack.pg.connection() as conn, conn.pipeline(), conn.transaction():
+        with stack.pg.connection() as conn, conn.pipeline():
+            assert conn.autocommit  # else the statements would wait on a commit of ours
             for c in range(2):
                 conn.execute(
                     "INSERT INTO bench_floor_blobs VALUES (%s, %s, %s, %s)",

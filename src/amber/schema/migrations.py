@@ -351,13 +351,18 @@ MIGRATIONS: list[str] = [
     ALTER TABLE agent_checkpoints ADD COLUMN state_base BIGINT;
     ALTER TABLE agent_checkpoints_archive ADD COLUMN state_base BIGINT;
     """,
-    # 16: a row stays whole in its page up to a page's size. From 2 KB (the default) its
-    #     blobs went out of line, and a save with 5 of 100 keys changed (a 2 to 3 KB row)
-    #     wrote a TOAST row and its index entry beside its own: 12.9 WAL records a save
-    #     where 10.2 suffice (pg_waldump over 500 saves), and a restore read them back.
-    #     Larger rows (a whole snapshot, a long run's step lists) still go out of line.
+    # 16: a row stays whole in its page up to half a page (4,080 bytes in 8 KB pages, two
+    #     rows a page). From 2 KB (the default) its blobs went out of line, and a save
+    #     with 5 of 100 keys changed (a 2 to 3 KB row) wrote a TOAST row and its index
+    #     entry beside its own: 12.9 WAL records a save against 10.9 (pg_waldump over 500
+    #     saves), and a restore read them back. Larger rows (a whole snapshot, a long
+    #     run's step lists) still go out of line; up to a whole page they would take a
+    #     page each, half of it empty.
     """
-    ALTER TABLE agent_checkpoints SET (toast_tuple_target = 8160);
+    DO $$ BEGIN
+        EXECUTE format('ALTER TABLE agent_checkpoints SET (toast_tuple_target = %s)',
+                       (current_setting('block_size')::int - 32) / 2);
+    END $$;
     """,
 ]
 

@@ -472,9 +472,46 @@ def test_replies_read_early_are_kept_for_later_and_the_connection_goes_back_once
     assert pending.send_now([("SET", key, b"v"), ("INCR", key)])
     first = pending.replies()
     assert first[0] == b"OK" and isinstance(first[1], redis.ResponseError)
-    assert pending.replies() is first and pending.done
+    first[0] = "changed by its caller"
+    assert pending.replies() == [b"OK", first[1]] and pending.done  # kept, as read
     assert stack.redis.get(key) == b"v"  # the pool has its connection back, and serves
     stack.redis.delete(key)
+
+
+@OVERLAPPED
+@pytest.mark.parametrize("overlaps", [True, False], ids=["in flight", "cannot overlap"])
+def test_the_replies_are_read_while_the_insert_is_in_flight_and_never_before_it(
+    stack: amber.Stack,
+    uid: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    overlaps: bool,
+) -> None:
+    """Where the insert cannot overlap (its copies go first), waiting on Redis there
+    would come before the insert, not beside it: the replies are then read after it."""
+    agent = _saved_agent(stack, uid)
+    inserted: list[bool] = []
+    seen: list[bool] = []
+    real_insert, real_replies = CheckpointRows._insert, Pending.replies
+
+    def insert(self: CheckpointRows, *args: Any, **kwargs: Any) -> Any:
+        out = real_insert(self, *args, **kwargs)
+        inserted.append(True)
+        return out
+
+    def replies(self: Pending) -> list[Any]:
+        seen.append(bool(inserted))
+        return real_replies(self)
+
+    monkeypatch.setattr(CheckpointRows, "_insert", insert)
+    monkeypatch.setattr(Pending, "replies", replies)
+    if not overlaps:
+        monkeypatch.setattr("amber.engines.overlap.Overlapped.usable", lambda conn: False)
+    with agent.l1_cache.batch(defer=True) as b:
+        b.set("a", 2)
+    save_step(stack, agent)
+    assert seen and seen[0] is (not overlaps)  # first read: before the result, or after
+    assert agent.l1_cache.get("a") == b"2"
+    exact(stack, agent.agent_id)
 
 
 @OVERLAPPED

@@ -77,7 +77,7 @@ class CheckpointRows:
         enc: Encoded,
         snap: Snapshot,
         l1: L1Row | None,
-        during: Callable[[], object] | None = None,
+        during: Callable[[bool], object] | None = None,
     ) -> str | None:
         """Add checkpoint ``cp.seq``: a compare-and-set insert, fenced by the analysis's
         lease; returns the analysis's status (None: no such row). A delta whose base row
@@ -86,7 +86,9 @@ class CheckpointRows:
         ``during`` runs once, after the statement went out and while PostgreSQL executes
         and commits it (``engines/overlap.py``): work that overlaps the round trip
         instead of adding to it, and that need not decide whether the row is written.
-        Where the connection cannot overlap (not in autocommit), it runs first."""
+        It is told whether the statement is in flight: where the connection cannot
+        overlap (not in autocommit, not UTF-8) it runs first, told False, and should not
+        wait on anything there."""
         row = self._insert(cp, _params(cp, enc, snap, l1), during)
         if row is None and enc.record.base is not None and not self._fenced_off(cp):
             self.bases.forget(cp.agent_id)  # a conflict refuses the whole record too
@@ -113,15 +115,18 @@ class CheckpointRows:
         return None if row[1] is None else str(row[1])
 
     def _insert(
-        self, cp: Checkpoint, params: dict[str, object], during: Callable[[], object] | None = None
+        self,
+        cp: Checkpoint,
+        params: dict[str, object],
+        during: Callable[[bool], object] | None = None,
     ) -> tuple[object, ...] | None:
         try:
             with self.pg.connection() as conn:
                 if during is None or not Overlapped.usable(conn):
                     if during is not None:
-                        during()
+                        during(False)
                     return conn.execute(sql.INSERT_CHECKPOINT, params).fetchone()
-                row = _INSERT.run(conn, params, during)
+                row = _INSERT.run(conn, params, lambda: during(True))
         except psycopg.DataError as exc:
             raise InvalidValue(
                 f"checkpoint cannot be stored: {exc}".strip(),

@@ -187,10 +187,11 @@ class AgentCheckpointer(CheckpointReads):
         # is kept: its copies then go out before the insert, so no commit lands without them
         first = l1 is None and not quiet
 
-        def send() -> bool:
+        def send(in_flight: bool = False) -> bool:
             # the Redis copies (and deferred writes) are built and sent while PostgreSQL
-            # executes and commits the insert, and read back after: the two round trips
-            # and this work overlap. Restore trusts a copy only at PostgreSQL's newest
+            # executes and commits the insert (``in_flight``), and their replies read
+            # then too, Redis answering first, kept for after the commit: the two round
+            # trips and this work overlap. Restore trusts a copy only at PostgreSQL's newest
             # sequence, so a copy of a checkpoint that then fails to commit is never used.
             # Once the insert went out it may have committed, so nothing here may fail the
             # save: whatever goes wrong counts as copies not sent (written again after
@@ -203,9 +204,7 @@ class AgentCheckpointer(CheckpointReads):
                 copies = (self.snapshotter.meta(snap, cp.checkpoint_id), backup)
                 commands = self._cache_commands(snap, *copies, staged=staged, inline=first)
                 sent = pending is not None and pending.send_now(commands)
-                if sent and not first and pending is not None:
-                    # Redis answers before PostgreSQL commits: its replies are read (and
-                    # kept, for after the commit) while the insert is still under way
+                if sent and in_flight and pending is not None:
                     pending.replies()
                 return sent
             except Exception:

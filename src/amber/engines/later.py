@@ -98,12 +98,12 @@ class Pending:
         """Every reply, in order: a ``redis.ResponseError`` stands in the list rather than
         being raised, and so does the error that lost the connection, for the reply it
         lost and every one after it (each read before it is kept). Read once, and kept: a
-        later call returns the same list, so a caller may read them early (while another
-        round trip is under way) and use them later. The connection goes back to its pool
-        (disconnected when lost) either way. In a forked child the parent's replies are
-        not ours to read: each is ``redis.ConnectionError``."""
+        later call returns them again (in a new list), so a caller may read them early
+        (while another round trip is under way) and use them later. The connection goes
+        back to its pool (disconnected when lost) either way. In a forked child the
+        parent's replies are not ours to read: each is ``redis.ConnectionError``."""
         if self._got is not None:
-            return self._got
+            return list(self._got)
         if self.done:
             raise RuntimeError("these replies were given up unread")
         self.done = True
@@ -111,7 +111,7 @@ class Pending:
             self._got = [
                 redis.ConnectionError("a reply sent before fork is not this process's")
             ] * self.count
-            return self._got
+            return list(self._got)
         out: list[Any] = []
         try:
             while len(out) < self.count:
@@ -130,4 +130,4 @@ class Pending:
         finally:
             self.pool.release(self.conn)
         self._got = out
-        return out
+        return list(out)

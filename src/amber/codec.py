@@ -439,7 +439,7 @@ def seal(seq: int, raw: bytes, packed: bytes | None = None) -> bytes:
 
     The checksum covers the header's sequence and size as well as the body, so a
     flipped bit anywhere is found by :func:`unseal` before anything is decompressed.
-    ``packed``: ``pack(raw)`` when the caller has it already.
+    ``packed``: ``raw`` in a zstd frame already (``pack(raw)`` or ``store(raw)``).
     """
     body = pack(raw) if packed is None else packed
     fields = seal_seq(seq) + b"%012d" % len(raw)

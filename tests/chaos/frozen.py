@@ -13,7 +13,7 @@ completed, and:
 * no recorded step started again, and a step started twice only where the earlier start
   was in a process that was frozen (the one call a frozen process was inside);
 * no payment made twice but by a process that was frozen inside it (and then with the
-  same idempotency key);
+  same idempotency key): the step's intent begun before the analysis changed hands;
 * no checkpoint written by a run that did not hold the analysis (two runs interleaved),
   no event after ``completed``, and no event of a run after another took it over;
 * every agent's working memory holds the token of each step its result recorded (a
@@ -36,6 +36,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -147,13 +148,15 @@ def _judge(
     tally.problems += [f"{k}: {v}" for k, v in report.problems().items()]
     pays: Counter[str] = Counter()
     payer: dict[str, list[int]] = {}
+    paid_in: dict[str, str] = {}
     for words in workapp.ledger(book):
         if len(words) == 5 and words[0] == "pay":
             pays[words[3]] += 1
             payer.setdefault(words[3], []).append(int(words[4]))
+            paid_in[words[3]] = words[1]
     tally.payments = sum(pays.values())
     for key, made in pays.items():
-        if made > 1 and any(pid not in frozen for pid in payer[key][:-1]):
+        if made > 1 and not _inside(stack, paid_in[key], key, payer[key], frozen):
             tally.problems.append(f"payment {key} made {made}x by {payer[key]}")
     for aid in aids:
         events = stack.analyses.timeline(aid)
@@ -170,6 +173,32 @@ def _judge(
         for r in stack.analyses.results(aid):
             if not (r["result"] or {}).get("memory_ok"):
                 tally.problems.append(f"{aid}: {r['agent_type']}'s memory is not its steps'")
+
+
+def _inside(
+    stack: amber.Stack, analysis_id: str, key: str, payers: list[int], frozen: set[int]
+) -> bool:
+    """Whether a payment made more than once (``payers``, in the ledger's order) is the
+    one call each frozen payer was inside when it was stopped, made again by the run
+    that took over with the same idempotency key: every payer but one was frozen, each
+    paid once, and the step's intent (its key is the idempotency key) was begun before
+    the analysis was taken from each frozen payer, so while that payer held it. A frozen
+    payer may come last in the ledger: stopped between beginning the step and noting its
+    call, it notes it when it wakes. A woken run that began the step after its takeover
+    would have found the intent begun later than that (had its fence let it through)."""
+    if len(set(payers)) != len(payers) or sum(p not in frozen for p in payers) > 1:
+        return False
+    with stack.pg.connection() as conn:
+        row = conn.execute("SELECT started_at FROM step_intents WHERE step_id = %s", (key,))
+        begun = row.fetchone()
+    if begun is None:
+        return False
+    lost: dict[int, list[datetime]] = {}
+    for e in stack.analyses.timeline(analysis_id):
+        owner = str((e["detail"] or {}).get("taken_over_from") or "").split(":")
+        if e["kind"] == "taken_over" and len(owner) > 1 and owner[1].isdigit():
+            lost.setdefault(int(owner[1]), []).append(e["at"])
+    return all(p in lost and begun[0] < min(lost[p]) for p in payers if p in frozen)
 
 
 def main(argv: list[str] | None = None) -> int:

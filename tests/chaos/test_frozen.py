@@ -6,10 +6,12 @@ The seed is printed first; replay a failure with ``FROZEN_SEED=<seed>`` or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,22 +41,29 @@ def test_frozen_workers_change_nothing_after_losing_their_leases(
     assert tally.stuck_reports > 0, tally.table()  # and said the owner was alive but stuck
 
 
-def _paid_step(stack: amber.Stack, taken_first: bool) -> tuple[str, str]:
+@contextlib.contextmanager
+def _paid_step(stack: amber.Stack, taken_first: bool) -> Iterator[tuple[str, str]]:
     """An analysis with an at-most-once step's intent begun, and a takeover from the
-    run of process 111, in that order (or the takeover first)."""
+    run of process 111, in that order (or the takeover first); deleted afterwards, so
+    no other test lists it."""
     aid = str(uuid.uuid4())
-    stack.analyses.create(aid, "AAPL", [{"agent_type": "payer"}])
-    intents = StepIntents(stack.pg)
+    agent = {"agent_type": "payer", "agent_id": "payer-agent", "version": "1.0",
+             "config": {}, "steps": ["pay"]}  # fmt: skip
+    stack.analyses.create(aid, "AAPL", [agent])
+    try:
 
-    def take() -> None:
-        stack.analyses.event(aid, "taken_over", "vm:222:w:b", taken_over_from="vm:111:w:a")
+        def take() -> None:
+            stack.analyses.event(aid, "taken_over", "vm:222:w:b", taken_over_from="vm:111:w:a")
 
-    if taken_first:
-        take()
-    key = intents.begin(aid, "payer-agent", "payer", "pay", "pay").idempotency_key
-    if not taken_first:
-        take()
-    return aid, key
+        if taken_first:
+            take()
+        intent = StepIntents(stack.pg).begin(aid, "payer-agent", "payer", "pay", "pay")
+        if not taken_first:
+            take()
+        yield aid, intent.idempotency_key
+    finally:
+        with stack.pg.connection() as conn:
+            conn.execute("DELETE FROM analyses WHERE analysis_id = %s", (aid,))
 
 
 def test_a_payment_made_again_is_excused_only_as_the_call_a_frozen_payer_was_inside(
@@ -63,11 +72,14 @@ def test_a_payment_made_again_is_excused_only_as_the_call_a_frozen_payer_was_ins
     """The woken payer may note its call after the run that took over made it again
     (same key), when it began the step before it lost the analysis; never when the
     step was begun after, nor for two awake payers or one payer twice."""
-    aid, key = _paid_step(stack, taken_first=False)
-    assert _inside(stack, aid, key, [222, 111], frozen={111})
-    assert _inside(stack, aid, key, [111, 222], frozen={111})
-    assert not _inside(stack, aid, key, [222, 333], frozen={111})
-    assert not _inside(stack, aid, key, [111, 111], frozen={111})
-    assert not _inside(stack, aid, key, [222, 444], frozen={444})  # 444 never lost it
-    late_aid, late_key = _paid_step(stack, taken_first=True)
-    assert not _inside(stack, late_aid, late_key, [222, 111], frozen={111})
+    with _paid_step(stack, taken_first=False) as (aid, key):
+        assert _inside(stack, aid, key, [222, 111], frozen={111})
+        assert _inside(stack, aid, key, [111, 222], frozen={111})
+        assert not _inside(stack, aid, key, [222, 333], frozen={111})
+        assert not _inside(stack, aid, key, [111, 111], frozen={111})
+        assert not _inside(stack, aid, key, [222, 444], frozen={444})  # 444 never lost it
+        # a payer frozen at another time, not inside this step, is the one not excused
+        assert _inside(stack, aid, key, [111, 222], frozen={111, 222})
+        assert not _inside(stack, aid, key, [222, 444, 111], frozen={111, 444})
+    with _paid_step(stack, taken_first=True) as (aid, key):
+        assert not _inside(stack, aid, key, [222, 111], frozen={111})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -12,7 +13,7 @@ import psycopg
 import pytest
 
 import amber
-from amber.engines.overlap import Overlapped
+from amber.engines.overlap import Array, Overlapped
 
 INSERT = """
 INSERT INTO overlap_t (k, n, f, at, blob, flag, note)
@@ -131,3 +132,43 @@ def test_without_prepared_statements_it_sends_the_statement_whole(
     finally:
         conn.prepare_threshold = 5
     assert named == (0,)
+
+
+ARRAYS = """
+SELECT array_to_json(%(texts)s::text[])::text, array_to_json(%(blobs)s::bytea[])::text,
+    array_to_json(%(ints)s::int[])::text
+"""
+
+
+@pytest.mark.parametrize(
+    ("texts", "blobs", "ints"),
+    [
+        (["ch0", "café", 'a "quoted", {braced} \\ name', "", "NULL"], [b"\x00\xff", b""],
+         [1, None, -(2**31), 2**31 - 1]),
+        ([], [], []),
+    ],
+)  # fmt: skip
+def test_arrays_arrive_element_for_element(
+    conn: psycopg.Connection[object],
+    texts: list[str],
+    blobs: list[bytes],
+    ints: list[int | None],
+) -> None:
+    """Quotes, braces, backslashes, the word NULL, NUL bytes, NULL ints and empty
+    arrays: each element as sent, read back by the server as JSON."""
+    stmt = Overlapped("amber_test_overlap_arrays", ARRAYS)
+    params = {"texts": Array.text(texts), "blobs": Array.bytea(blobs), "ints": Array.int4(ints)}
+    row = stmt.run(conn, params, lambda: None)
+    assert row is not None
+    assert json.loads(row[0] or b"") == texts
+    assert json.loads(row[1] or b"") == ["\\x" + b.hex() for b in blobs]
+    assert json.loads(row[2] or b"") == ints
+
+
+def test_an_array_psycopg_could_not_send_either_is_refused_before_anything_is_sent() -> None:
+    with pytest.raises(psycopg.DataError, match="NUL"):
+        Array.text(["a\x00b"])
+    with pytest.raises(psycopg.DataError, match="not valid text"):
+        Array.text(["\ud800"])
+    with pytest.raises(psycopg.DataError, match="out of range"):
+        Array.int4([2**31])

@@ -145,7 +145,9 @@ class Chain:
 
 
 def from_postgresql(stack: amber.Stack, config: RunnableConfig) -> Any:
-    """``get_tuple`` as a process holding no copy would, with Redis's copy dropped first:
-    from PostgreSQL alone."""
+    """``get_tuple`` as a process holding no copy would, with Redis's copy dropped and not
+    consulted (a copy written behind a put may land at any time): from PostgreSQL alone."""
     stack.redis.delete(stack.keys.lg_heads(config["configurable"]["thread_id"]))
-    return AmberSaver(stack).get_tuple(config)
+    reader = AmberSaver(stack)
+    reader._core._load_hot = lambda at: None  # type: ignore[method-assign]
+    return reader.get_tuple(config)

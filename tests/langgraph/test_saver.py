@@ -7,6 +7,7 @@ import datetime
 import decimal
 import os
 import pickle
+import time
 import types
 import uuid
 from collections.abc import Callable
@@ -71,6 +72,7 @@ def test_values_of_every_langgraph_kind_round_trip_from_redis_and_postgresql(
     chain = Chain(saver, uid("t"))
     chain.step(**values)
     held = saver.get_tuple(chain.latest)  # the copy this process holds
+    saver.close()  # the copies left to write behind are written
     hot = AmberSaver(stack).get_tuple(chain.latest)  # another process: the Redis copy
     cold = from_postgresql(stack, chain.latest)
     assert held is not None and hot is not None
@@ -88,6 +90,7 @@ def test_copies_serve_the_newest_row_without_reading_its_body(
     newest = chain.ids[-1]
     flip_first_byte(stack, "lg_checkpoints", "body", "checkpoint_id = %s", newest)
     # both copies name the row's seq, so PostgreSQL is asked for the seq, not the body
+    saver.close()
     for reader in (saver, AmberSaver(stack)):  # this process's copy, then Redis's
         got = reader.get_tuple(chain.latest)
         assert got is not None and got.checkpoint["channel_values"] == {"a": 2, "b": "x"}
@@ -121,12 +124,16 @@ def test_an_older_redis_copy_is_not_used_and_is_replaced(
 ) -> None:
     chain = Chain(saver, uid("t"))
     chain.step(a="old")
+    saver.close()
     key = stack.keys.lg_heads(chain.thread_id)
     older = stack.redis.hgetall(key)
     chain.step(a="new")
+    saver.close()
     stack.redis.hset(key, mapping=older)  # a Redis restored from an older snapshot
-    got = AmberSaver(stack).get_tuple(chain.latest)
+    reader = AmberSaver(stack)
+    got = reader.get_tuple(chain.latest)
     assert got is not None and got.checkpoint["channel_values"] == {"a": "new"}
+    reader.close()
     head = stack.redis.hget(key, "head:")
     assert head is not None and head.decode().endswith(chain.ids[-1])
 
@@ -136,12 +143,15 @@ def test_a_damaged_redis_copy_is_skipped_and_rewritten(
 ) -> None:
     chain = Chain(saver, uid("t"), ns="child:1")
     chain.step(a=list(range(500)))
+    saver.close()
     key = stack.keys.lg_heads(chain.thread_id)
     sealed = bytearray(stack.redis.hget(key, "copy:child:1") or b"")
     sealed[len(sealed) // 2] ^= 0x40
     stack.redis.hset(key, "copy:child:1", bytes(sealed))
-    got = AmberSaver(stack).get_tuple(chain.latest)
+    reader = AmberSaver(stack)
+    got = reader.get_tuple(chain.latest)
     assert got is not None and got.checkpoint["channel_values"] == {"a": list(range(500))}
+    reader.close()
     assert stack.redis.hget(key, "copy:child:1") != bytes(sealed)
 
 
@@ -151,6 +161,7 @@ def test_one_threads_hot_copies_share_one_key_and_slot(
     tid = uid("user:42")  # a colon: the key uses a digest of it, the thread keeps its name
     for ns in ("", "child:1", "child:2|grandchild:3"):
         Chain(saver, tid, ns).step(a=ns)
+    saver.close()
     keys = list(stack.redis.scan_iter(match=f"{stack.keys.prefix}:lg:*", count=1000))
     mine = [k for k in keys if k.decode() == stack.keys.lg_heads(tid)]
     assert len(mine) == 1 and len(stack.redis.hkeys(mine[0])) == 6
@@ -407,20 +418,66 @@ def test_a_config_without_a_namespace_means_the_root_one(saver: AmberSaver, uid:
     assert got.parent_config["configurable"]["checkpoint_id"] == chain.ids[-1]
 
 
-def test_a_puts_hot_copy_is_written_behind_and_in_redis_once_settled(
+def test_a_burst_of_puts_writes_one_hot_copy_its_newest_once_the_puts_pause(
+    stack: amber.Stack, uid: ID, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amber.langgraph.copies import HotWrites
+
+    written: list[list[Any]] = []
+    real = HotWrites.write
+
+    def write(self: HotWrites, keys: list[Any], args: list[Any]) -> None:
+        if self is saver._core.hot:  # not the reader's, which writes what it read
+            written.append(args)
+        real(self, keys, args)
+
+    monkeypatch.setattr(HotWrites, "write", write)
+    saver = AmberSaver(stack)
+    saver._core.hot.quiet_s = 0.5  # a pause: longer than between two puts of the burst
+    key = stack.keys.lg_heads(uid("t"))
+    chain = Chain(saver, key.split("{")[1].split("}")[0])
+    for i in range(5):
+        chain.step(a=i)
+    got = AmberSaver(stack).get_tuple(chain.latest)  # another process, before the pause
+    assert got is not None and got.checkpoint["channel_values"] == {"a": 4}  # PostgreSQL's
+    deadline = time.monotonic() + 10
+    while not written and time.monotonic() < deadline:
+        time.sleep(0.01)
+    saver.close()
+    assert [args[3].split(":")[1] for args in written] == [chain.ids[-1]]  # one, the newest
+    head = stack.redis.hget(key, "head:")
+    with stack.pg.connection() as conn:
+        row = conn.execute(
+            "SELECT seq FROM lg_checkpoints WHERE thread_id = %s AND checkpoint_id = %s",
+            (chain.thread_id, chain.ids[-1]),
+        ).fetchone()
+    assert row is not None and head == f"{row[0]:020d}:{chain.ids[-1]}".encode()
+    reader = AmberSaver(stack)
+    reader._core._rows = _no_body(reader._core._rows)  # type: ignore[method-assign]
+    got = reader.get_tuple(chain.latest)  # from the copy: PostgreSQL sends no body
+    assert got is not None and got.checkpoint["channel_values"] == {"a": 4}
+
+
+def _no_body(rows: Any) -> Any:
+    def checked(statement: str, params: dict[str, Any], *, known: int) -> Any:
+        assert known != -1, "the Redis copy was not used"
+        return rows(statement, params, known=known)
+
+    return checked
+
+
+def test_a_hot_copy_left_for_a_thread_then_deleted_is_not_written(
     stack: amber.Stack, saver: AmberSaver, uid: ID
 ) -> None:
     chain = Chain(saver, uid("t"))
-    for i in range(3):
-        chain.step(a=i)
-    saver.close()  # the stack is the caller's: it stays open; the last reply is read
-    head = stack.redis.hget(stack.keys.lg_heads(chain.thread_id), "head:")
-    assert head is not None and head.decode().endswith(chain.ids[-1])
-    got = AmberSaver(stack).get_tuple(chain.latest)  # another process's view
-    assert got is not None and got.checkpoint["channel_values"] == {"a": 2}
+    saver._core.hot.quiet_s = 30.0  # the copy waits: the delete comes first
+    chain.step(a=1)
+    saver.delete_thread(chain.thread_id)
+    saver.close()
+    assert stack.redis.exists(stack.keys.lg_heads(chain.thread_id)) == 0
 
 
-def test_a_hot_copy_whose_script_redis_lacks_is_written_when_its_reply_is_read(
+def test_a_hot_copy_whose_script_redis_lacks_is_loaded_and_written(
     stack: amber.Stack, uid: ID
 ) -> None:
     from amber.langgraph import scripts
@@ -430,22 +487,42 @@ def test_a_hot_copy_whose_script_redis_lacks_is_written_when_its_reply_is_read(
     hot = HotWrites(stack.redis, fresh)
     key = stack.keys.lg_heads(uid("t"))
     hot.write([key], ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000])
-    hot.settle()  # NOSCRIPT: loaded and called again
     assert stack.redis.hget(key, "head:") == f"{1:020d}:c1".encode()
     stack.redis.delete(key)
 
 
 def test_a_hot_copy_redis_cannot_take_is_logged_not_raised(
-    stack: amber.Stack, uid: ID, caplog: pytest.LogCaptureFixture
+    uid: ID, caplog: pytest.LogCaptureFixture
 ) -> None:
     from amber.langgraph import scripts
-    from amber.langgraph.copies import HotWrites
+    from amber.langgraph.copies import HotWrites, Job
 
     gone = redis.Redis(port=1, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.2)
     hot = HotWrites(gone, gone.register_script(scripts.WRITE_HEAD))
-    hot.write([uid("k")], ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000])
-    hot.settle()
+    args = ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000]
+    hot.later(("t", ""), Job(lambda: ([uid("k")], args)))
+    hot.flush()
     assert "not written" in caplog.text
+
+
+def test_a_forked_child_leaves_its_parents_hot_copies_to_the_parent(
+    stack: amber.Stack, uid: ID
+) -> None:
+    from amber.langgraph import scripts
+    from amber.langgraph.copies import HotWrites, Job
+
+    hot = HotWrites(stack.redis, stack.redis.register_script(scripts.WRITE_HEAD), quiet_s=30)
+    key = stack.keys.lg_heads(uid("t"))
+    hot.later(("t", ""), Job(lambda: ([key], ["copy:", "head:", b"s", f"{1:020d}:c1", 60_000])))
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of its parent's to write
+        hot.flush()
+        os._exit(0 if stack.redis.exists(key) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    hot.flush()
+    assert stack.redis.hget(key, "head:") == f"{1:020d}:c1".encode()
+    stack.redis.delete(key)
 
 
 def test_reading_the_newest_checkpoint_is_planned_once_not_at_every_read(
@@ -476,3 +553,30 @@ def test_reading_the_newest_checkpoint_is_planned_once_not_at_every_read(
         ).fetchall()
     # a generic plan is used once five custom ones were made: not planned again each time
     assert len(plans) == 1 and plans[0][0] >= 5, plans
+
+
+def test_a_put_on_a_connection_that_cannot_take_binary_arrays_as_sent_stores_the_same(
+    stack: amber.Stack, uid: ID, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the statement cannot go as prepared by amber (a connection in a transaction
+    or not in UTF-8), psycopg sends the same lists: the checkpoint reads back whole, and a
+    value pruned meanwhile is still found missing and written again."""
+    monkeypatch.setattr("amber.engines.overlap.Overlapped.usable", lambda conn: False)
+    saver = AmberSaver(stack)
+    chain = Chain(saver, uid("t"))
+    chain.step(a="first", b=["é", 2], c=b"\x00\xff" * 800)
+    chain.step(a="second")
+    got = from_postgresql(stack, chain.latest)
+    assert got.checkpoint["channel_values"] == {
+        "a": "second",
+        "b": ["é", 2],
+        "c": b"\x00\xff" * 800,
+    }
+    with stack.pg.connection() as conn:  # b's only stored version, gone (a lost prune race)
+        conn.execute(
+            "DELETE FROM lg_blobs WHERE thread_id = %s AND channel = 'b'", (chain.thread_id,)
+        )
+    saver._core.cache.drop_thread(chain.thread_id)  # no witness: each named value is probed
+    chain.step(a="third")
+    got = from_postgresql(stack, chain.latest)
+    assert got.checkpoint["channel_values"] == {"a": "third", "b": ["é", 2], "c": b"\x00\xff" * 800}

@@ -9,7 +9,8 @@ not wrap), prepared once per connection (or, where the connection's
 execution), and runs the caller's work while PostgreSQL executes and commits it.
 
 It serves statements whose parameters are all cast in the SQL (``%(name)s::type``): each
-goes as text, bytes as binary, and the server takes the type from the cast.
+goes as text, bytes and :class:`Array` as binary, and the server takes the type from the
+cast.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import datetime
 import re
 import select
+import struct
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -41,16 +44,82 @@ def _numbered(query: str) -> tuple[bytes, list[str]]:
     return _PLACEHOLDER.sub(number, query).encode(), names
 
 
+_HEADER = struct.Struct("!iiiii")
+_EMPTY = struct.Struct("!iii")
+_LENGTH = struct.Struct("!i")
+_INT4 = struct.Struct("!i")
+_NULL = _LENGTH.pack(-1)
+_OID = {"text": 25, "bytea": 17, "int4": 23}
+
+
+@dataclass(frozen=True, slots=True)
+class Array:
+    """A one-dimensional array parameter of text, bytea or int4, for a placeholder cast
+    to ``text[]``, ``bytea[]`` or ``int[]``: sent in PostgreSQL's binary array format,
+    each element as it is, where psycopg would adapt the list one element at a time.
+    ``items`` are the values, for a statement psycopg runs instead."""
+
+    items: Sequence[str | bytes | int | None]
+    data: bytes
+
+    @classmethod
+    def text(cls, items: Sequence[str]) -> Array:
+        """A ``text[]``; ``psycopg.DataError`` for a NUL or text that is not Unicode."""
+        _text("".join(items))
+        try:
+            encoded = [item.encode() for item in items]
+        except UnicodeEncodeError as exc:
+            raise psycopg.DataError(f"a parameter is not valid text: {exc}") from None
+        return cls(items, _array("text", encoded))
+
+    @classmethod
+    def bytea(cls, items: Sequence[bytes]) -> Array:
+        """A ``bytea[]``."""
+        return cls(items, _array("bytea", items))
+
+    @classmethod
+    def int4(cls, items: Sequence[int | None]) -> Array:
+        """An ``int[]`` (None: NULL)."""
+        if any(item is not None and not -(2**31) <= item < 2**31 for item in items):
+            raise psycopg.DataError("an int[] parameter is out of range")
+        return cls(items, _array("int4", [None if i is None else _INT4.pack(i) for i in items]))
+
+
+def _array(kind: str, items: Sequence[bytes | None]) -> bytes:
+    """PostgreSQL's binary form of a one-dimensional array of ``kind`` (``array_recv``:
+    dimensions, a has-NULL flag, the element type, then each element's length and bytes,
+    -1 for NULL)."""
+    if not items:
+        return _EMPTY.pack(0, 0, _OID[kind])  # no dimensions: '{}'
+    parts = [b""]
+    nulls = 0
+    for item in items:
+        if item is None:
+            parts.append(_NULL)
+            nulls = 1
+        else:
+            parts.append(_LENGTH.pack(len(item)))
+            parts.append(item)
+    parts[0] = _HEADER.pack(1, nulls, _OID[kind], len(items), 1)
+    return b"".join(parts)
+
+
+def _text(value: str) -> str:
+    if "\x00" in value:  # libpq sends text as a C string: it would end there
+        raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+    return value
+
+
 def _param(value: object) -> tuple[bytes | None, int]:
     """One parameter as libpq sends it: (bytes, format), 0 text and 1 binary."""
     if value is None:
         return None, 0
     if isinstance(value, bytes):
         return value, 1
+    if isinstance(value, Array):
+        return value.data, 1
     if isinstance(value, str):
-        if "\x00" in value:  # libpq sends text as a C string: it would end there
-            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-        return value.encode(), 0
+        return _text(value).encode(), 0
     if isinstance(value, bool):
         return (b"t" if value else b"f"), 0
     if isinstance(value, int):
@@ -102,7 +171,7 @@ class Overlapped:
         self,
         conn: psycopg.Connection[Any],
         params: Mapping[str, object],
-        during: Callable[[], object],
+        during: Callable[[], object] | None = None,
     ) -> tuple[bytes | None, ...] | None:
         """Send the statement on ``conn`` (see :meth:`usable`), run ``during`` while
         PostgreSQL executes and commits it, and return its first row as text (None: no
@@ -125,7 +194,8 @@ class Overlapped:
             self._prepare(conn)
         self._send(pgconn, values, formats, named)
         try:
-            during()
+            if during is not None:
+                during()
         except BaseException:
             self._result(pgconn)  # the connection is left ready for its next statement
             raise

@@ -1,17 +1,21 @@
 """Copies of each namespace's newest checkpoint held in this process, and the Redis hot
-copies written behind the put."""
+copies written behind the puts."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
+import time
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 
-from amber.engines.later import Pending
 from amber.langgraph.records import Blob, Body
 from amber.lru import BytesLRU
 
@@ -54,63 +58,135 @@ class CopyCache:
         self._copies.drop_where(lambda key: key[0] == thread_id)
 
 
-class HotWrites:
-    """Hot copies written behind the put: a put sends its copy's script and returns; the
-    reply is read by the next put, by a read of a hot copy, or by :meth:`settle`.
+QUIET_S = 0.02
+"""A namespace's hot copy is written once this process's puts have paused this long..."""
+MAX_DELAY_S = 1.0
+"""... or, in a burst of puts that never pauses, this long after it was left."""
 
-    A copy is a cache that a reader trusts only when PostgreSQL names its sequence, so a
-    copy not yet written (or lost with the process) costs a read from PostgreSQL, never
-    a wrong one. A failure is logged when its reply is read. A put that finds another
-    thread writing makes its call the ordinary way.
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A hot copy to write: ``build()`` makes ``scripts.WRITE_HEAD``'s KEYS and ARGV (the
+    sealing is left to the writer too)."""
+
+    build: Callable[[], tuple[list[Any], list[Any]]]
+
+
+class HotWrites:
+    """Hot copies written to Redis behind the puts, by a thread of their own.
+
+    A put leaves its namespace's copy here and returns; a copy not yet written is
+    replaced by the next one of its namespace. The thread writes what is left once this
+    process's puts pause for ``quiet_s`` (or ``max_delay_s`` after the oldest was left,
+    in a burst that never pauses), so a burst of puts writes one copy per namespace, its
+    newest, off the puts' path. A copy is read by other processes (this one keeps its
+    own, ``CopyCache``), which come after the burst: a copy written later than its put,
+    or never (the process died first), costs them a read from PostgreSQL, never a wrong
+    one, as a reader trusts a copy only when PostgreSQL names its ``seq``. Failures are
+    logged, never raised. :meth:`flush` writes what is left now (``AmberSaver.close``,
+    and at exit).
     """
 
-    def __init__(self, client: redis.Redis, script: Script) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        script: Script,
+        quiet_s: float = QUIET_S,
+        max_delay_s: float = MAX_DELAY_S,
+    ) -> None:
         self.client = client
         self.script = script
-        self._due: tuple[Pending, list[Any], list[Any]] | None = None
-        self._lock = threading.Lock()
+        self.quiet_s = quiet_s
+        self.max_delay_s = max_delay_s
+        self._fresh()
 
-    def write(self, keys: list[Any], args: list[Any], behind: bool = True) -> None:
-        """Send the copy (``scripts.WRITE_HEAD``'s KEYS and ARGV), its reply read later
-        (``behind``) or now."""
-        if not behind or not self._lock.acquire(blocking=False):
-            self._call(keys, args)
-            return
-        try:
-            self._settle()
-            sent = Pending.send(self.client, "EVALSHA", self.script.sha, len(keys), *keys, *args)
-            if sent is None:
-                self._call(keys, args)
-            else:
-                self._due = (sent, keys, args)
-        finally:
-            self._lock.release()
+    def _fresh(self) -> None:
+        self._pid = os.getpid()
+        self._cond = threading.Condition(threading.Lock())
+        self._jobs: dict[Any, Job] = {}
+        self._first = self._last = 0.0
+        self._thread: threading.Thread | None = None
 
-    def settle(self) -> None:
-        """Read the reply still due, if any: the copy sent last is then in Redis."""
-        with self._lock:
-            self._settle()
+    def later(self, key: Any, job: Job) -> None:
+        """Leave ``job`` to be written, replacing one of the same ``key`` not yet written."""
+        if self._pid != os.getpid():  # a forked child: the parent writes its own
+            self._fresh()
+        now = time.monotonic()
+        with self._cond:
+            if not self._jobs:
+                self._first = now
+                self._cond.notify()
+            self._jobs[key] = job
+            self._last = now
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=_run, args=(weakref.ref(self),), name="amber-hot-copies", daemon=True
+                )
+                self._thread.start()
+                atexit.register(_flush, weakref.ref(self))
 
-    def _settle(self) -> None:
-        due, self._due = self._due, None
-        if due is None:
-            return
-        sent, keys, args = due
-        try:
-            reply = sent.reply()
-        except (redis.RedisError, OSError) as exc:
-            _not_written(keys, exc)
-            return
-        if isinstance(reply, redis.exceptions.NoScriptError):
-            self._call(keys, args)  # Redis lost its scripts meanwhile: loaded again
-        elif isinstance(reply, redis.ResponseError):
-            _not_written(keys, reply)
+    def flush(self) -> None:
+        """Write every copy left, now, in the caller's thread."""
+        if self._pid != os.getpid():
+            self._fresh()
+        with self._cond:
+            jobs, self._jobs = self._jobs, {}
+        self._write(jobs)
 
-    def _call(self, keys: list[Any], args: list[Any]) -> None:
+    def forget(self, thread_id: str) -> None:
+        """Drop the copies not yet written of a thread (keyed ``(thread, namespace)``)."""
+        with self._cond:
+            for key in [k for k in self._jobs if k[0] == thread_id]:
+                del self._jobs[key]
+
+    def write(self, keys: list[Any], args: list[Any]) -> None:
+        """Write a copy and wait for Redis's reply."""
         try:
             self.script(keys=keys, args=args)
         except (redis.RedisError, OSError) as exc:
             _not_written(keys, exc)
+
+    def _due(self, timeout: float) -> dict[Any, Job] | None:
+        """The copies due, once they are (None: none came within ``timeout``)."""
+        with self._cond:
+            if not self._jobs and not self._cond.wait(timeout):
+                return None
+            while self._jobs:
+                wait = min(self._last + self.quiet_s, self._first + self.max_delay_s)
+                wait -= time.monotonic()
+                if wait <= 0:
+                    jobs, self._jobs = self._jobs, {}
+                    return jobs
+                self._cond.wait(wait)
+            return None
+
+    def _write(self, jobs: dict[Any, Job]) -> None:
+        for job in jobs.values():
+            try:
+                keys, args = job.build()
+            except Exception:
+                log.exception("hot copy not built")
+                continue
+            self.write(keys, args)
+
+
+def _run(ref: weakref.ref[HotWrites]) -> None:
+    """The writer thread: writes copies as they fall due, while their ``HotWrites`` lives
+    (it holds only a weak reference, so a saver let go is collected, and its thread ends)."""
+    while True:
+        hot = ref()
+        if hot is None:
+            return
+        jobs = hot._due(1.0)
+        if jobs:
+            hot._write(jobs)
+        del hot
+
+
+def _flush(ref: weakref.ref[HotWrites]) -> None:
+    hot = ref()
+    if hot is not None:
+        hot.flush()
 
 
 def _not_written(keys: list[Any], why: Exception) -> None:

@@ -4,9 +4,10 @@
 
 *put* serializes only the channels whose version is new, writes them and the
 checkpoint row in one PostgreSQL statement and commit (``PUT_CHECKPOINT``, under the
-thread's lock shared), then the sealed hot copy to Redis, a compare-and-set on the
-row's ``seq``, and keeps the same copy in this process. A put is acknowledged when
-PostgreSQL has committed; a Redis that refuses costs speed, never correctness.
+thread's lock shared), keeps the same copy in this process and leaves the sealed hot
+copy to be written to Redis behind it (``HotWrites``: a compare-and-set on the row's
+``seq``, once this process's puts pause). A put is acknowledged when PostgreSQL has
+committed; a Redis that refuses costs speed, never correctness.
 
 *get_tuple* takes a copy of the namespace's newest checkpoint: the one this process
 holds (it wrote or read it), else Redis's; then asks PostgreSQL for the checkpoint with
@@ -39,6 +40,7 @@ from langgraph.checkpoint.base import (
 from psycopg_pool import ConnectionPool
 
 from amber import codec
+from amber.engines.overlap import Array, Overlapped
 from amber.errors import (
     AmberError,
     CheckpointCorrupt,
@@ -49,7 +51,7 @@ from amber.errors import (
 from amber.keys import Keys
 from amber.langgraph import scripts
 from amber.langgraph import sql as lsql
-from amber.langgraph.copies import Copy, CopyCache, HotWrites
+from amber.langgraph.copies import Copy, CopyCache, HotWrites, Job
 from amber.langgraph.records import (
     EMPTY,
     Blob,
@@ -71,6 +73,8 @@ PAGE = 32
 
 CACHE_BYTES = 64 * 1024 * 1024
 """Default bound of the process-local copies of each namespace's newest checkpoint."""
+
+_PUT = Overlapped("amber_lg_put", lsql.PUT_CHECKPOINT)
 
 
 @dataclass
@@ -186,7 +190,7 @@ class SaverCore:
             )
         blobs = {ch: full[ch] for ch in versions}
         self.cache.put((at.thread_id, at.ns), Copy(seq, body, blobs))
-        self._store_hot(at, seq, body, list(blobs.values()), behind=True)
+        self._store_hot(at, seq, body, list(blobs.values()))
         return at.config(cid)
 
     @staticmethod
@@ -206,26 +210,23 @@ class SaverCore:
     def _insert(
         self, params: dict[str, Any], new: Sequence[Blob], refs: Sequence[Blob]
     ) -> tuple[int | None, list[str]]:
-        params = {
-            **params,
-            "b_channel": [b.channel for b in new],
-            "b_version": [b.version for b in new],
-            "b_type": [b.type for b in new],
-            "b_data": [b.data for b in new],
-            "b_size": [b.size for b in new],
-            "b_sha256": [b.digest() for b in new],
-            "r_channel": [b.channel for b in refs],
-            "r_version": [b.version for b in refs],
-        }
+        """Run ``PUT_CHECKPOINT``: ``(seq, [])``, or ``(None, channels)`` whose versions
+        are missing."""
         try:
+            params = put_params(params, new, refs)
             with self.pg.connection() as conn:
-                row = conn.execute(lsql.PUT_CHECKPOINT, params).fetchone()
+                if not Overlapped.usable(conn):  # in a transaction, or not UTF-8
+                    plain = {k: v.items if isinstance(v, Array) else v for k, v in params.items()}
+                    found = conn.execute(lsql.PUT_CHECKPOINT, plain).fetchone()
+                    assert found is not None
+                    return found[0], list(found[1] or [])
+                row = _PUT.run(conn, params)
         except psycopg.DataError as exc:
             raise InvalidValue(
                 f"checkpoint cannot be stored: {exc}".strip(), thread_id=params["thread_id"]
             ) from None
         assert row is not None
-        return row[0], list(row[1] or [])
+        return (None if row[0] is None else int(row[0])), orjson.loads(row[1] or b"[]")
 
     def put_writes(
         self,
@@ -274,29 +275,24 @@ class SaverCore:
             raise InvalidValue(f"writes cannot be stored: {exc}".strip(), task_id=task) from None
 
     # -- the hot copy ------------------------------------------------------------------------
-    def _store_hot(
-        self, at: Target, seq: int, body: Body, blobs: list[Blob], behind: bool = False
-    ) -> None:
-        """Write the hot copy; ``behind``: its reply read later (a put's, see ``HotWrites``)."""
+    def _hot_args(
+        self, at: Target, seq: int, body: Body, blobs: list[Blob]
+    ) -> tuple[list[Any], list[Any]]:
+        """``scripts.WRITE_HEAD``'s KEYS and ARGV for the copy of a row."""
         # not compressed again: its blobs of COMPRESS_MIN bytes or more are already, so
         # the copy takes about the bytes its rows take in PostgreSQL (a 10 KB copy: 1 us
         # against 30 to 74 us to compress it)
         raw = hot_copy(body, blobs)
         sealed = codec.seal(seq, raw, codec.store(raw))
-        self.hot.write(
-            [self.keys.lg_heads(at.thread_id)],
-            [
-                scripts.copy_field(at.ns),
-                scripts.head_field(at.ns),
-                sealed,
-                scripts.head_name(seq, body.checkpoint_id),
-                self.hot_ttl_ms,
-            ],
-            behind,
-        )
+        head = scripts.head_name(seq, body.checkpoint_id)
+        fields = [scripts.copy_field(at.ns), scripts.head_field(at.ns)]
+        return [self.keys.lg_heads(at.thread_id)], [*fields, sealed, head, self.hot_ttl_ms]
+
+    def _store_hot(self, at: Target, seq: int, body: Body, blobs: list[Blob]) -> None:
+        """Leave the hot copy of a row to be written behind (``HotWrites``)."""
+        self.hot.later((at.thread_id, at.ns), Job(lambda: self._hot_args(at, seq, body, blobs)))
 
     def _load_hot(self, at: Target) -> Copy | None:
-        self.hot.settle()  # this process's own copy sent last is in Redis first
         key = self.keys.lg_heads(at.thread_id)
         fields = [scripts.copy_field(at.ns), scripts.head_field(at.ns)]
         got: list[Any] | None
@@ -485,6 +481,26 @@ class SaverCore:
             pending_writes=writes,
         )
         return found, used
+
+
+def put_params(
+    params: Mapping[str, Any], new: Sequence[Blob], refs: Sequence[Blob]
+) -> dict[str, Any]:
+    """``PUT_CHECKPOINT``'s parameters: the checkpoint's (``params``), the values it
+    brings (``new``) and the ones it only names (``refs``), its lists as arrays."""
+    return {
+        **params,
+        "channels": Array.text(params["channels"]),
+        "versions": Array.text(params["versions"]),
+        "b_channel": Array.text([b.channel for b in new]),
+        "b_version": Array.text([b.version for b in new]),
+        "b_type": Array.text([b.type for b in new]),
+        "b_data": Array.bytea([b.data for b in new]),
+        "b_size": Array.int4([b.size for b in new]),
+        "b_sha256": Array.bytea([b.digest() for b in new]),
+        "r_channel": Array.text([b.channel for b in refs]),
+        "r_version": Array.text([b.version for b in refs]),
+    }
 
 
 def _write_order(write: Write) -> tuple[str, str, int]:

@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool
 from amber.errors import InvalidValue, NotSupported
 from amber.keys import Keys
 from amber.langgraph import sql as lsql
-from amber.langgraph.copies import CopyCache
+from amber.langgraph.copies import CopyCache, HotWrites
 from amber.langgraph.targets import text_id
 
 log = logging.getLogger("amber.langgraph")
@@ -52,12 +52,14 @@ class Retention:
         pool: ConnectionPool,
         keys: Keys,
         cache: CopyCache,
+        hot: HotWrites,
         default_ttl_s: float | None,
     ) -> None:
         self.redis = client
         self.pg = pool
         self.keys = keys
         self.cache = cache
+        self.hot = hot
         self.default_ttl_s = default_ttl_s
 
     @contextlib.contextmanager
@@ -72,6 +74,7 @@ class Retention:
         ids = list(thread_ids)
         for tid in ids:
             self.cache.drop_thread(tid)
+            self.hot.forget(tid)  # a copy written after the delete would only linger
         if not ids:
             return
         try:

@@ -59,7 +59,9 @@ class AmberSaver(OwnsStack, BaseCheckpointSaver[str]):
             ttl_s=ttl,
             cache_bytes=cache_bytes,
         )
-        self._retention = Retention(stack.redis, stack.pg, stack.keys, self._core.cache, ttl)
+        self._retention = Retention(
+            stack.redis, stack.pg, stack.keys, self._core.cache, self._core.hot, ttl
+        )
 
     @classmethod
     def from_env(
@@ -74,8 +76,9 @@ class AmberSaver(OwnsStack, BaseCheckpointSaver[str]):
         return on_own_stack(lambda s: cls(s, ttl=ttl, allowed_types=allowed_types), connect_args)
 
     def close(self) -> None:
-        """Finish writing the last hot copy, then close the stack if this saver opened it."""
-        self._core.hot.settle()
+        """Write the hot copies left to write behind, then close the stack if this saver
+        opened it."""
+        self._core.hot.flush()
         super().close()
 
     def setup(self) -> None:

@@ -27,19 +27,23 @@ LOCK_THREAD = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
 
 # -- checkpoints -------------------------------------------------------------------------
 PUT_CHECKPOINT = """
-SELECT out_seq, out_missing FROM lg_put(%(thread_id)b, %(ns)b, %(checkpoint_id)b, %(run_id)b,
-    %(metadata)b::jsonb, %(channels)b::text[], %(versions)b::text[], %(body)b, %(body_size)b,
-    %(body_sha256)b, %(b_channel)b::text[], %(b_version)b::text[], %(b_type)b::text[],
-    %(b_data)b::bytea[], %(b_size)b::int[], %(b_sha256)b::bytea[], %(r_channel)b::text[],
-    %(r_version)b::text[], %(ttl)b::float8, %(witness)b::text, %(witness_seq)b::bigint)
+SELECT out_seq, to_json(out_missing) FROM lg_put(%(thread_id)s::text, %(ns)s::text,
+    %(checkpoint_id)s::text, %(run_id)s::text, %(metadata)s::jsonb, %(channels)s::text[],
+    %(versions)s::text[], %(body)s::bytea, %(body_size)s::int, %(body_sha256)s::bytea,
+    %(b_channel)s::text[], %(b_version)s::text[], %(b_type)s::text[], %(b_data)s::bytea[],
+    %(b_size)s::int[], %(b_sha256)s::bytea[], %(r_channel)s::text[], %(r_version)s::text[],
+    %(ttl)s::float8, %(witness)s::text, %(witness_seq)s::bigint)
 """
 """One checkpoint, in one statement and one commit (``lg_put``): take the
 thread's lock shared; if a channel version the checkpoint names but does not bring is
 missing (pruned since the run read it), write nothing and return ``(NULL, those
-channels)``; else insert the new blobs and the row and return ``(seq, [])``. Renews the
-thread's expiry: its own TTL, else ``%(ttl)s`` seconds when the saver has a default.
-``%(witness)s`` and ``%(witness_seq)s`` name a checkpoint that names every version this
-one only names (the copy the caller holds), or are NULL (migration 14)."""
+channels)`` (as JSON); else insert the new blobs and the row and return ``(seq, [])``.
+Renews the thread's expiry: its own TTL, else ``%(ttl)s`` seconds when the saver has a
+default. ``%(witness)s`` and ``%(witness_seq)s`` name a checkpoint that names every
+version this one only names (the copy the caller holds), or are NULL (migration 14).
+Every parameter is cast in the SQL, so it runs as ``engines.overlap.Overlapped``, its
+arrays as ``overlap.Array``: built in one pass each, where psycopg adapts a list one
+element at a time."""
 
 _ROWS = """
 WITH c AS (

@@ -215,8 +215,9 @@ def rows_floor(stack: Any) -> Callable[[int], None]:
 def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]:
     """An op running amber's put statement alone (``lg_put``: the lock, the witness, the
     rows, the TTL, the commit), its parameters built beforehand from those of a real put
-    of ``thread``'s, each with a fresh checkpoint id and fresh versions of the values it
-    brings: what a put with amber's checks costs at least, with none of its Python."""
+    of ``thread``'s, each with a fresh checkpoint id (older than the thread's, so its
+    newest stays the same) and fresh versions of the values it brings: what a put with
+    amber's checks costs at least, with none of its Python."""
     from amber.langgraph import core
     from amber.langgraph.records import Blob
 
@@ -235,7 +236,7 @@ def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]
     params, new, refs = seen[-1]
     built = [
         core.put_params(
-            {**params, "checkpoint_id": f"floor-{uuid.uuid4()}"},
+            {**params, "checkpoint_id": f"0-floor-{uuid.uuid4()}"},
             [Blob(b.channel, f"{b.version}.floor{i}", b.type, b.data, b.size) for b in new],
             refs,
         )

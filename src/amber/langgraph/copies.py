@@ -177,9 +177,12 @@ def _run(ref: weakref.ref[HotWrites]) -> None:
         hot = ref()
         if hot is None:
             return
-        jobs = hot._due(1.0)
-        if jobs:
-            hot._write(jobs)
+        try:
+            jobs = hot._due(1.0)
+            if jobs:
+                hot._write(jobs)
+        except Exception:  # the thread outlives any one copy: the next ones still go
+            log.exception("hot copies not written")
         del hot
 
 

@@ -219,6 +219,7 @@ def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]
     newest stays the same) and fresh versions of the values it brings: what a put with
     amber's checks costs at least, with none of its Python."""
     from amber.langgraph import core
+    from amber.langgraph import sql as lsql
     from amber.langgraph.records import Blob
 
     seen: list[tuple[dict[str, Any], list[Any], list[Any]]] = []
@@ -235,7 +236,7 @@ def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]
         del amber._core._insert
     params, new, refs = seen[-1]
     built = [
-        core.put_params(
+        lsql.put_params(
             {**params, "checkpoint_id": f"0-floor-{uuid.uuid4()}"},
             [Blob(b.channel, f"{b.version}.floor{i}", b.type, b.data, b.size) for b in new],
             refs,

@@ -7,6 +7,7 @@ import datetime
 import decimal
 import os
 import pickle
+import threading
 import time
 import types
 import uuid
@@ -28,8 +29,9 @@ from redis.retry import Retry
 import amber
 from amber import AmberError, CheckpointCorrupt, InvalidIdentifier, InvalidValue
 from amber.errors import PayloadRefused
-from amber.langgraph import AmberSaver
+from amber.langgraph import AmberSaver, scripts
 from amber.langgraph import sql as lsql
+from amber.langgraph.copies import HotWrites, Job
 from amber.langgraph.records import Blob, Write
 
 from .conftest import Chain, from_postgresql
@@ -421,8 +423,6 @@ def test_a_config_without_a_namespace_means_the_root_one(saver: AmberSaver, uid:
 def test_a_burst_of_puts_writes_one_hot_copy_its_newest_once_the_puts_pause(
     stack: amber.Stack, uid: ID, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from amber.langgraph.copies import HotWrites
-
     written: list[list[Any]] = []
     real = HotWrites.write
 
@@ -434,6 +434,7 @@ def test_a_burst_of_puts_writes_one_hot_copy_its_newest_once_the_puts_pause(
     monkeypatch.setattr(HotWrites, "write", write)
     saver = AmberSaver(stack)
     saver._core.hot.quiet_s = 0.5  # a pause: longer than between two puts of the burst
+    saver._core.hot.max_delay_s = 30.0
     key = stack.keys.lg_heads(uid("t"))
     chain = Chain(saver, key.split("{")[1].split("}")[0])
     for i in range(5):
@@ -470,7 +471,7 @@ def test_a_hot_copy_left_for_a_thread_then_deleted_is_not_written(
     stack: amber.Stack, saver: AmberSaver, uid: ID
 ) -> None:
     chain = Chain(saver, uid("t"))
-    saver._core.hot.quiet_s = 30.0  # the copy waits: the delete comes first
+    saver._core.hot.quiet_s = saver._core.hot.max_delay_s = 30.0  # the delete comes first
     chain.step(a=1)
     saver.delete_thread(chain.thread_id)
     saver.close()
@@ -480,9 +481,6 @@ def test_a_hot_copy_left_for_a_thread_then_deleted_is_not_written(
 def test_a_hot_copy_whose_script_redis_lacks_is_loaded_and_written(
     stack: amber.Stack, uid: ID
 ) -> None:
-    from amber.langgraph import scripts
-    from amber.langgraph.copies import HotWrites
-
     fresh = stack.redis.register_script(scripts.WRITE_HEAD + f"\n-- {uid('never-loaded')}")
     hot = HotWrites(stack.redis, fresh)
     key = stack.keys.lg_heads(uid("t"))
@@ -494,13 +492,10 @@ def test_a_hot_copy_whose_script_redis_lacks_is_loaded_and_written(
 def test_a_hot_copy_redis_cannot_take_is_logged_not_raised(
     uid: ID, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from amber.langgraph import scripts
-    from amber.langgraph.copies import HotWrites, Job
-
     gone = redis.Redis(port=1, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.2)
     hot = HotWrites(gone, gone.register_script(scripts.WRITE_HEAD))
     args = ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000]
-    hot.later(("t", ""), Job(lambda: ([uid("k")], args)))
+    hot.later(("t", ""), Job(1, lambda: ([uid("k")], args)))
     hot.flush()
     assert "not written" in caplog.text
 
@@ -508,12 +503,9 @@ def test_a_hot_copy_redis_cannot_take_is_logged_not_raised(
 def test_a_forked_child_leaves_its_parents_hot_copies_to_the_parent(
     stack: amber.Stack, uid: ID
 ) -> None:
-    from amber.langgraph import scripts
-    from amber.langgraph.copies import HotWrites, Job
-
-    hot = HotWrites(stack.redis, stack.redis.register_script(scripts.WRITE_HEAD), quiet_s=30)
+    hot = _hot(stack)
     key = stack.keys.lg_heads(uid("t"))
-    hot.later(("t", ""), Job(lambda: ([key], ["copy:", "head:", b"s", f"{1:020d}:c1", 60_000])))
+    hot.later(("t", ""), _copy_of(key, 1))
     pid = os.fork()
     if pid == 0:  # the child: nothing of its parent's to write
         hot.flush()
@@ -580,3 +572,55 @@ def test_a_put_on_a_connection_that_cannot_take_binary_arrays_as_sent_stores_the
     chain.step(a="third")
     got = from_postgresql(stack, chain.latest)
     assert got.checkpoint["channel_values"] == {"a": "third", "b": ["é", 2], "c": b"\x00\xff" * 800}
+
+
+def test_a_copy_left_is_replaced_by_a_newer_one_never_by_an_older(
+    stack: amber.Stack, uid: ID
+) -> None:
+    """A reader's rewrite of what it read (an older row) never undoes a put's copy."""
+    hot = _hot(stack)
+    key = stack.keys.lg_heads(uid("t"))
+    for seq in (5, 3, 4):
+        hot.later(("t", ""), _copy_of(key, seq))
+    hot.flush()
+    assert stack.redis.hget(key, "head:") == f"{5:020d}:c5".encode()
+    stack.redis.delete(key)
+
+
+def test_flush_returns_once_a_write_under_way_has_ended(stack: amber.Stack, uid: ID) -> None:
+    """``close()`` then finds the copy in Redis (and a stack it closes is not closed under
+    the write), even when the writer thread took the copy first."""
+    hot = _hot(stack, quiet_s=0)
+    key = stack.keys.lg_heads(uid("t"))
+    taken = threading.Event()
+
+    def slow() -> tuple[list[Any], list[Any]]:
+        taken.set()
+        time.sleep(0.3)
+        return _copy_of(key, 1).build()
+
+    hot.later(("t", ""), Job(1, slow))
+    assert taken.wait(10)  # the writer thread has it
+    hot.flush()
+    assert stack.redis.hget(key, "head:") == f"{1:020d}:c1".encode()
+    stack.redis.delete(key)
+
+
+def test_a_channel_name_that_is_not_text_is_refused_by_name(saver: AmberSaver, uid: ID) -> None:
+    cp = generate_checkpoint(channel_values={"a": 1}, channel_versions={"a": "1"})
+    cp["channel_versions"] = {7: "1"}  # type: ignore[dict-item]
+    config = {"configurable": {"thread_id": uid("t"), "checkpoint_ns": ""}}
+    with pytest.raises(InvalidValue, match="not text"):
+        saver.put(config, cp, {"source": "loop", "step": 0, "parents": {}}, {7: "1"})  # type: ignore[dict-item]
+    assert saver.get_tuple(config) is None
+
+
+def _hot(stack: amber.Stack, quiet_s: float = 30, max_delay_s: float = 30) -> HotWrites:
+    """A writer of hot copies on the stack's Redis that waits ``quiet_s`` for a pause."""
+    script = stack.redis.register_script(scripts.WRITE_HEAD)
+    return HotWrites(stack.redis, script, quiet_s=quiet_s, max_delay_s=max_delay_s)
+
+
+def _copy_of(key: str, seq: int) -> Job:
+    """A stand-in copy of row ``seq`` (checkpoint ``c<seq>``) for the heads hash ``key``."""
+    return Job(seq, lambda: ([key], ["copy:", "head:", b"s", f"{seq:020d}:c{seq}", 60_000]))

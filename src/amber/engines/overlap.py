@@ -65,9 +65,11 @@ class Array:
     @classmethod
     def text(cls, items: Sequence[str]) -> Array:
         """A ``text[]``; ``psycopg.DataError`` for a NUL or text that is not Unicode."""
-        _text("".join(items))
         try:
+            _text("".join(items))
             encoded = [item.encode() for item in items]
+        except TypeError:
+            raise psycopg.DataError("a text[] parameter holds a value that is not text") from None
         except UnicodeEncodeError as exc:
             raise psycopg.DataError(f"a parameter is not valid text: {exc}") from None
         return cls(items, _array("text", encoded))

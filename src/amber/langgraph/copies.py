@@ -66,9 +66,10 @@ MAX_DELAY_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A hot copy to write: ``build()`` makes ``scripts.WRITE_HEAD``'s KEYS and ARGV (the
-    sealing is left to the writer too)."""
+    """A hot copy to write: the ``seq`` of the row it copies, and ``build()`` making
+    ``scripts.WRITE_HEAD``'s KEYS and ARGV (the sealing is left to the writer too)."""
 
+    seq: int
     build: Callable[[], tuple[list[Any], list[Any]]]
 
 
@@ -76,15 +77,16 @@ class HotWrites:
     """Hot copies written to Redis behind the puts, by a thread of their own.
 
     A put leaves its namespace's copy here and returns; a copy not yet written is
-    replaced by the next one of its namespace. The thread writes what is left once this
-    process's puts pause for ``quiet_s`` (or ``max_delay_s`` after the oldest was left,
-    in a burst that never pauses), so a burst of puts writes one copy per namespace, its
-    newest, off the puts' path. A copy is read by other processes (this one keeps its
-    own, ``CopyCache``), which come after the burst: a copy written later than its put,
-    or never (the process died first), costs them a read from PostgreSQL, never a wrong
-    one, as a reader trusts a copy only when PostgreSQL names its ``seq``. Failures are
-    logged, never raised. :meth:`flush` writes what is left now (``AmberSaver.close``,
-    and at exit).
+    replaced by a newer one of its namespace (a higher ``seq``). The thread writes what
+    is left once this process's puts pause for ``quiet_s`` (or ``max_delay_s`` after the
+    oldest was left, in a burst that never pauses), so a burst of puts writes one copy per
+    namespace, its newest, off the puts' path. A copy is read by other processes (this
+    one keeps its own, ``CopyCache``), which come after the burst: a copy written later
+    than its put, or never (the process died first), costs them a read from PostgreSQL,
+    never a wrong one, as a reader trusts a copy only when PostgreSQL names its ``seq``.
+    Failures are logged, never raised. :meth:`flush` writes what is left now, once a
+    write under way has ended (``AmberSaver.close``, and at exit). A forked child
+    starts with nothing to write: its parent writes its own.
     """
 
     def __init__(
@@ -99,20 +101,24 @@ class HotWrites:
         self.quiet_s = quiet_s
         self.max_delay_s = max_delay_s
         self._fresh()
+        _LIVE.add(self)
 
     def _fresh(self) -> None:
-        self._pid = os.getpid()
+        # held while copies taken from _jobs are written; taken before _cond, never after
+        self._writing = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
         self._jobs: dict[Any, Job] = {}
         self._first = self._last = 0.0
         self._thread: threading.Thread | None = None
 
     def later(self, key: Any, job: Job) -> None:
-        """Leave ``job`` to be written, replacing one of the same ``key`` not yet written."""
-        if self._pid != os.getpid():  # a forked child: the parent writes its own
-            self._fresh()
+        """Leave ``job`` to be written, replacing an older one of the same ``key`` not yet
+        written (a newer one is kept: a reader's rewrite never undoes a put's copy)."""
         now = time.monotonic()
         with self._cond:
+            held = self._jobs.get(key)
+            if held is not None and held.seq > job.seq:
+                return
             if not self._jobs:
                 self._first = now
                 self._cond.notify()
@@ -123,19 +129,18 @@ class HotWrites:
                     target=_run, args=(weakref.ref(self),), name="amber-hot-copies", daemon=True
                 )
                 self._thread.start()
-                atexit.register(_flush, weakref.ref(self))
 
     def flush(self) -> None:
-        """Write every copy left, now, in the caller's thread."""
-        if self._pid != os.getpid():
-            self._fresh()
-        with self._cond:
-            jobs, self._jobs = self._jobs, {}
-        self._write(jobs)
+        """Write every copy left, now, in the caller's thread, after any write under way."""
+        with self._writing:
+            with self._cond:
+                jobs, self._jobs = self._jobs, {}
+            self._write(jobs)
 
     def forget(self, thread_id: str) -> None:
-        """Drop the copies not yet written of a thread (keyed ``(thread, namespace)``)."""
-        with self._cond:
+        """Drop the copies not yet written of a thread (keyed ``(thread, namespace)``),
+        after any write under way."""
+        with self._writing, self._cond:
             for key in [k for k in self._jobs if k[0] == thread_id]:
                 del self._jobs[key]
 
@@ -146,19 +151,18 @@ class HotWrites:
         except (redis.RedisError, OSError) as exc:
             _not_written(keys, exc)
 
-    def _due(self, timeout: float) -> dict[Any, Job] | None:
-        """The copies due, once they are (None: none came within ``timeout``)."""
+    def _due(self, timeout: float) -> bool:
+        """Whether copies are due, once they are (False: none came within ``timeout``)."""
         with self._cond:
             if not self._jobs and not self._cond.wait(timeout):
-                return None
+                return False
             while self._jobs:
                 wait = min(self._last + self.quiet_s, self._first + self.max_delay_s)
                 wait -= time.monotonic()
                 if wait <= 0:
-                    jobs, self._jobs = self._jobs, {}
-                    return jobs
+                    return True
                 self._cond.wait(wait)
-            return None
+            return False
 
     def _write(self, jobs: dict[Any, Job]) -> None:
         for job in jobs.values():
@@ -170,6 +174,10 @@ class HotWrites:
             self.write(keys, args)
 
 
+_LIVE: weakref.WeakSet[HotWrites] = weakref.WeakSet()
+"""Every ``HotWrites`` of this process: flushed at exit, emptied in a forked child."""
+
+
 def _run(ref: weakref.ref[HotWrites]) -> None:
     """The writer thread: writes copies as they fall due, while their ``HotWrites`` lives
     (it holds only a weak reference, so a saver let go is collected, and its thread ends)."""
@@ -178,18 +186,25 @@ def _run(ref: weakref.ref[HotWrites]) -> None:
         if hot is None:
             return
         try:
-            jobs = hot._due(1.0)
-            if jobs:
-                hot._write(jobs)
+            if hot._due(1.0):
+                hot.flush()
         except Exception:  # the thread outlives any one copy: the next ones still go
             log.exception("hot copies not written")
         del hot
 
 
-def _flush(ref: weakref.ref[HotWrites]) -> None:
-    hot = ref()
-    if hot is not None:
+def _flush_all() -> None:
+    for hot in list(_LIVE):
         hot.flush()
+
+
+def _forked() -> None:
+    for hot in list(_LIVE):
+        hot._fresh()
+
+
+atexit.register(_flush_all)
+os.register_at_fork(after_in_child=_forked)
 
 
 def _not_written(keys: list[Any], why: Exception) -> None:

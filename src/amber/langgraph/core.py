@@ -213,7 +213,7 @@ class SaverCore:
         """Run ``PUT_CHECKPOINT``: ``(seq, [])``, or ``(None, channels)`` whose versions
         are missing."""
         try:
-            params = put_params(params, new, refs)
+            params = lsql.put_params(params, new, refs)
             with self.pg.connection() as conn:
                 if not Overlapped.usable(conn):  # in a transaction, or not UTF-8
                     plain = {k: v.items if isinstance(v, Array) else v for k, v in params.items()}
@@ -290,7 +290,8 @@ class SaverCore:
 
     def _store_hot(self, at: Target, seq: int, body: Body, blobs: list[Blob]) -> None:
         """Leave the hot copy of a row to be written behind (``HotWrites``)."""
-        self.hot.later((at.thread_id, at.ns), Job(lambda: self._hot_args(at, seq, body, blobs)))
+        job = Job(seq, lambda: self._hot_args(at, seq, body, blobs))
+        self.hot.later((at.thread_id, at.ns), job)
 
     def _load_hot(self, at: Target) -> Copy | None:
         key = self.keys.lg_heads(at.thread_id)
@@ -481,26 +482,6 @@ class SaverCore:
             pending_writes=writes,
         )
         return found, used
-
-
-def put_params(
-    params: Mapping[str, Any], new: Sequence[Blob], refs: Sequence[Blob]
-) -> dict[str, Any]:
-    """``PUT_CHECKPOINT``'s parameters: the checkpoint's (``params``), the values it
-    brings (``new``) and the ones it only names (``refs``), its lists as arrays."""
-    return {
-        **params,
-        "channels": Array.text(params["channels"]),
-        "versions": Array.text(params["versions"]),
-        "b_channel": Array.text([b.channel for b in new]),
-        "b_version": Array.text([b.version for b in new]),
-        "b_type": Array.text([b.type for b in new]),
-        "b_data": Array.bytea([b.data for b in new]),
-        "b_size": Array.int4([b.size for b in new]),
-        "b_sha256": Array.bytea([b.digest() for b in new]),
-        "r_channel": Array.text([b.channel for b in refs]),
-        "r_version": Array.text([b.version for b in refs]),
-    }
 
 
 def _write_order(write: Write) -> tuple[str, str, int]:

@@ -18,7 +18,11 @@ and its commit, and a put that waited for retention sees what retention removed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from amber.engines.overlap import Array
+from amber.langgraph.records import Blob
 
 THREAD_LOCK_SPACE = 0x6C6763
 """Advisory lock namespace of LangGraph threads ("lgc"; ``lg_put`` spells it 7104355)."""
@@ -44,6 +48,27 @@ version this one only names (the copy the caller holds), or are NULL (migration 
 Every parameter is cast in the SQL, so it runs as ``engines.overlap.Overlapped``, its
 arrays as ``overlap.Array``: built in one pass each, where psycopg adapts a list one
 element at a time."""
+
+
+def put_params(
+    params: Mapping[str, Any], new: Sequence[Blob], refs: Sequence[Blob]
+) -> dict[str, Any]:
+    """``PUT_CHECKPOINT``'s parameters: the checkpoint's (``params``), the values it
+    brings (``new``) and the ones it only names (``refs``), its lists as arrays."""
+    return {
+        **params,
+        "channels": Array.text(params["channels"]),
+        "versions": Array.text(params["versions"]),
+        "b_channel": Array.text([b.channel for b in new]),
+        "b_version": Array.text([b.version for b in new]),
+        "b_type": Array.text([b.type for b in new]),
+        "b_data": Array.bytea([b.data for b in new]),
+        "b_size": Array.int4([b.size for b in new]),
+        "b_sha256": Array.bytea([b.digest() for b in new]),
+        "r_channel": Array.text([b.channel for b in refs]),
+        "r_version": Array.text([b.version for b in refs]),
+    }
+
 
 _ROWS = """
 WITH c AS (

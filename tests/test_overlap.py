@@ -172,3 +172,18 @@ def test_an_array_psycopg_could_not_send_either_is_refused_before_anything_is_se
         Array.text(["\ud800"])
     with pytest.raises(psycopg.DataError, match="out of range"):
         Array.int4([2**31])
+
+
+def test_where_it_cannot_overlap_it_runs_as_psycopg_runs_it_and_answers_the_same(
+    conn: psycopg.Connection[object],
+) -> None:
+    """In a transaction the work runs first, told the statement is not in flight, and
+    the row comes back as text, as from a statement overlapped."""
+    stmt = Overlapped("amber_test_overlap_fallback", INSERT)
+    told: list[bool] = []
+    params = _params()
+    with conn.transaction():
+        row = stmt.execute(conn, params, told.append)
+    assert told == [False] and row == (str(2**40).encode(), "café".encode())
+    assert stmt.execute(conn, params, told.append) is None  # overlapped now: refused, no row
+    assert told == [False, True]

@@ -482,7 +482,7 @@ def test_a_hot_copy_whose_script_redis_lacks_is_loaded_and_written(
     stack: amber.Stack, uid: ID
 ) -> None:
     fresh = stack.redis.register_script(scripts.WRITE_HEAD + f"\n-- {uid('never-loaded')}")
-    hot = HotWrites(stack.redis, fresh)
+    hot = HotWrites(fresh)
     key = stack.keys.lg_heads(uid("t"))
     hot.write([key], ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000])
     assert stack.redis.hget(key, "head:") == f"{1:020d}:c1".encode()
@@ -493,7 +493,7 @@ def test_a_hot_copy_redis_cannot_take_is_logged_not_raised(
     uid: ID, caplog: pytest.LogCaptureFixture
 ) -> None:
     gone = redis.Redis(port=1, retry=Retry(NoBackoff(), 0), socket_connect_timeout=0.2)
-    hot = HotWrites(gone, gone.register_script(scripts.WRITE_HEAD))
+    hot = HotWrites(gone.register_script(scripts.WRITE_HEAD))
     args = ["copy:", "head:", b"sealed", f"{1:020d}:c1", 60_000]
     hot.later(("t", ""), Job(1, lambda: ([uid("k")], args)))
     hot.flush()
@@ -618,7 +618,7 @@ def test_a_channel_name_that_is_not_text_is_refused_by_name(saver: AmberSaver, u
 def _hot(stack: amber.Stack, quiet_s: float = 30, max_delay_s: float = 30) -> HotWrites:
     """A writer of hot copies on the stack's Redis that waits ``quiet_s`` for a pause."""
     script = stack.redis.register_script(scripts.WRITE_HEAD)
-    return HotWrites(stack.redis, script, quiet_s=quiet_s, max_delay_s=max_delay_s)
+    return HotWrites(script, quiet_s=quiet_s, max_delay_s=max_delay_s)
 
 
 def _copy_of(key: str, seq: int) -> Job:

@@ -122,11 +122,7 @@ class CheckpointRows:
     ) -> tuple[object, ...] | None:
         try:
             with self.pg.connection() as conn:
-                if during is None or not Overlapped.usable(conn):
-                    if during is not None:
-                        during(False)
-                    return conn.execute(sql.INSERT_CHECKPOINT, params).fetchone()
-                row = _INSERT.run(conn, params, lambda: during(True))
+                row = _INSERT.execute(conn, params, during)
         except psycopg.DataError as exc:
             raise InvalidValue(
                 f"checkpoint cannot be stored: {exc}".strip(),

@@ -155,6 +155,7 @@ class Overlapped:
 
     def __init__(self, name: str, query: str) -> None:
         self.name = name.encode()
+        self.source = query
         self.query, self.names = _numbered(query)
         self._prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], bool] = (
             weakref.WeakKeyDictionary()
@@ -168,6 +169,27 @@ class Overlapped:
             and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
             and conn.info.encoding == "utf-8"
         )
+
+    def execute(
+        self,
+        conn: psycopg.Connection[Any],
+        params: Mapping[str, object],
+        during: Callable[[bool], object] | None = None,
+    ) -> tuple[bytes | None, ...] | None:
+        """Run it on ``conn``: as :meth:`run` where ``conn`` is :meth:`usable`, ``during``
+        told True (the statement is in flight); elsewhere as psycopg runs any statement,
+        its :class:`Array` parameters as their items, ``during`` run first and told False
+        (so it should wait on nothing there). Either way, the first row as text (None: no
+        row)."""
+        if Overlapped.usable(conn):
+            return self.run(conn, params, None if during is None else lambda: during(True))
+        if during is not None:
+            during(False)
+        plain = {k: v.items if isinstance(v, Array) else v for k, v in params.items()}
+        result = conn.execute(self.source, plain).pgresult
+        if result is None or result.ntuples == 0:
+            return None
+        return tuple(result.get_value(0, i) for i in range(result.nfields))
 
     def run(
         self,

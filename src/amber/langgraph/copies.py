@@ -90,13 +90,8 @@ class HotWrites:
     """
 
     def __init__(
-        self,
-        client: redis.Redis,
-        script: Script,
-        quiet_s: float = QUIET_S,
-        max_delay_s: float = MAX_DELAY_S,
+        self, script: Script, quiet_s: float = QUIET_S, max_delay_s: float = MAX_DELAY_S
     ) -> None:
-        self.client = client
         self.script = script
         self.quiet_s = quiet_s
         self.max_delay_s = max_delay_s

@@ -40,7 +40,7 @@ from langgraph.checkpoint.base import (
 from psycopg_pool import ConnectionPool
 
 from amber import codec
-from amber.engines.overlap import Array, Overlapped
+from amber.engines.overlap import Overlapped
 from amber.errors import (
     AmberError,
     CheckpointCorrupt,
@@ -120,7 +120,7 @@ class SaverCore:
         self.hot_ttl_ms = int(hot_ttl_s * 1000)
         self.ttl_s = ttl_s
         self.cache = CopyCache(cache_bytes)
-        self.hot = HotWrites(client, client.register_script(scripts.WRITE_HEAD))
+        self.hot = HotWrites(client.register_script(scripts.WRITE_HEAD))
         self._read_head = client.register_script(scripts.READ_HEAD)
 
     # -- writes ------------------------------------------------------------------------
@@ -215,12 +215,7 @@ class SaverCore:
         try:
             params = lsql.put_params(params, new, refs)
             with self.pg.connection() as conn:
-                if not Overlapped.usable(conn):  # in a transaction, or not UTF-8
-                    plain = {k: v.items if isinstance(v, Array) else v for k, v in params.items()}
-                    found = conn.execute(lsql.PUT_CHECKPOINT, plain).fetchone()
-                    assert found is not None
-                    return found[0], list(found[1] or [])
-                row = _PUT.run(conn, params)
+                row = _PUT.execute(conn, params)
         except psycopg.DataError as exc:
             raise InvalidValue(
                 f"checkpoint cannot be stored: {exc}".strip(), thread_id=params["thread_id"]

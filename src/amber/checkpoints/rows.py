@@ -122,7 +122,11 @@ class CheckpointRows:
     ) -> tuple[object, ...] | None:
         try:
             with self.pg.connection() as conn:
-                row = _INSERT.execute(conn, params, during)
+                if during is None or not Overlapped.usable(conn):
+                    if during is not None:
+                        during(False)
+                    return conn.execute(sql.INSERT_CHECKPOINT, params).fetchone()
+                row = _INSERT.run(conn, params, lambda: during(True))
         except psycopg.DataError as exc:
             raise InvalidValue(
                 f"checkpoint cannot be stored: {exc}".strip(),

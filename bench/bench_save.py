@@ -23,7 +23,8 @@ Timed from the first change to the save's return. The sides alternate which goes
 amber recovers the working memory into an empty key prefix and restores the checkpoint;
 LangGraph's ``get_tuple`` returns every channel value. Throughput runs 1, 8 and 32
 processes with their own connections, agents and threads, for a fixed time per side,
-the sides taking turns.
+the sides taking turns; the ``redis + pg`` floor (the changed values written to Redis in
+one round trip, then one row committed) takes its turn beside them.
 
 Uses AMBER_REDIS_URL / AMBER_DATABASE_URL if set, else embedded servers in a temporary
 directory; creates its own database and key prefixes and removes them afterwards.
@@ -412,6 +413,7 @@ def worker(spec: WorkerSpec, conn: Connection) -> None:
                 m: AmberSide(s, payload) for m, s in zip(MODES, stacks, strict=True)
             }
             sides[LANGGRAPH] = LangGraphSide(saver, payload)
+            sides[FLOOR_REDIS] = FloorSide(stacks[0])
             steps = [payload.change(CHANGED) for _ in range(STEP_SETS)]
             conn.send("ready")
             i = 0
@@ -430,6 +432,17 @@ def worker(spec: WorkerSpec, conn: Connection) -> None:
     finally:
         for s in stacks:
             s.close()
+
+
+class FloorSide:
+    """:data:`FLOOR_REDIS` as a side of the throughput rounds: the changed values written
+    to Redis in one round trip, then one row committed (``_harness.redis_pg_floor``)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.op = redis_pg_floor(stack, commit_floor(stack))
+
+    def step(self, changes: dict[str, Any]) -> None:
+        self.op([(k, orjson.dumps(v)) for k, v in changes.items()])
 
 
 CPU_PARTS = ("client", "redis", "postgresql")
@@ -475,7 +488,7 @@ def throughput(eng: Engines, procs: int, seconds: float, rounds: int) -> Through
             out.append(msg)
         return out
 
-    sides = [*MODES, LANGGRAPH]
+    sides = [*MODES, LANGGRAPH, FLOOR_REDIS]
     result = Throughput(procs, {s: [] for s in sides}, {s: [] for s in sides})
     servers = server_processes(eng)
     clients = [psutil.Process(p.pid) for p in workers]
@@ -531,7 +544,7 @@ def throughput_rows(results: list[Throughput]) -> list[tuple[str, ...] | str]:
     for t in results:
         lg_rate = median(t.rates[LANGGRAPH])
         lg = stats(t.latencies[LANGGRAPH])
-        for mode in MODES:
+        for mode in (*MODES, FLOOR_REDIS):
             rate, st = median(t.rates[mode]), stats(t.latencies[mode])
             ratio = rate / lg_rate
             goal = GOALS["throughput"] if mode == "checkpoint" and t.procs >= 8 else None
@@ -559,7 +572,7 @@ def cpu_rows(results: list[Throughput]) -> list[tuple[str, ...] | str]:
         if LANGGRAPH not in per:
             continue
         lg_total = sum(per[LANGGRAPH])
-        for side in (*MODES, LANGGRAPH):
+        for side in (*MODES, LANGGRAPH, FLOOR_REDIS):
             if side not in per:
                 continue
             parts = per[side]
@@ -634,7 +647,8 @@ def main() -> None:
     print("ratio: amber / LangGraph, each side timed in the same rounds. Latency: below 1.00x")
     print("amber is faster. Throughput: saves/s of all processes together (median of the")
     print("rounds), above 1.00x amber is faster; p50 / p99: one save's latency in those rounds.")
-    print("Goals (issue 25) are for durability=checkpoint; hybrid is shown for reference.")
+    print("Goals (issue 25) are for durability=checkpoint; hybrid is shown for reference;")
+    print(f"'{FLOOR_REDIS}' is the floor (Redis writes, one row committed) in the same rounds.")
     cpu = cpu_rows(results)
     if cpu:
         print()

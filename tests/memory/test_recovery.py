@@ -9,8 +9,9 @@ import pytest
 import amber
 from amber import MemoryContended, codec
 from amber.memory import AgentMemory, read_memory
+from amber.memory.apply import Held
 from amber.memory.chain import loaded_canon
-from amber.memory.restore import ConsistencyVerifier, Held
+from amber.memory.restore import ConsistencyVerifier
 
 from .conftest import insert_checkpoint
 
@@ -152,12 +153,12 @@ def test_a_memory_written_at_every_try_is_refused_and_left_as_it_was(
     analysis, _ = _setup(stack, mem)
     mem.set("after_checkpoint", "kept while the restore is refused")
     now = read_memory(stack.redis, stack.keys, mem.agent_id)
-    from amber.memory import restore
+    from amber.memory import apply
 
     # as if another writer wrote between every read of the index and the script
-    monkeypatch.setattr(restore, "_read_held", lambda *a: Held((), now.seq - 1, now.epoch))
+    monkeypatch.setattr(apply, "read_held", lambda *a: Held((), now.seq - 1, now.epoch))
     with pytest.raises(MemoryContended, match="written to while it was being restored"):
-        restore.apply_memory(stack.redis, stack.keys, mem.agent_id, {}, 0, 60_000)
+        apply.apply_memory(stack.redis, stack.keys, mem.agent_id, {}, 0, 60_000)
     with pytest.raises(MemoryContended):
         stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
     after = read_memory(stack.redis, stack.keys, mem.agent_id)

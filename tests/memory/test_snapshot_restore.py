@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
@@ -11,7 +13,7 @@ import pytest
 import amber
 from amber import ConsistencyError, codec
 from amber.memory import AgentMemory, read_memory
-from amber.memory.restore import apply_memory
+from amber.memory.apply import apply_memory
 
 from .conftest import fill, insert_checkpoint
 
@@ -155,18 +157,99 @@ def test_corrupt_postgres_snapshot_is_detected(
     cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
     stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
     stack.redis.delete(stack.keys.l1_snapshot(mem.agent_id))
+    _tamper_row(stack, cid, tamper)  # type: ignore[arg-type]
+    with pytest.raises(ConsistencyError, match="postgresql_checkpoint"):
+        stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
+
+
+def _tamper_row(stack: amber.Stack, cid: str, tamper: Callable[[dict[str, Any]], None]) -> None:
+    """Change the snapshot a checkpoint row holds (and its size), leaving its hash."""
     with stack.pg.connection() as conn:
         blob = conn.execute(
             "SELECT l1_snapshot FROM agent_checkpoints WHERE checkpoint_id = %s", (cid,)
         ).fetchone()[0]  # type: ignore[index]
         doc = orjson.loads(codec.unpack(blob))
-        tamper(doc)  # type: ignore[operator]
+        tamper(doc)
+        raw = orjson.dumps(doc)
         conn.execute(
-            "UPDATE agent_checkpoints SET l1_snapshot = %s WHERE checkpoint_id = %s",
-            (codec.pack(orjson.dumps(doc)), cid),
+            "UPDATE agent_checkpoints SET l1_snapshot = %s, l1_snapshot_size = %s"
+            " WHERE checkpoint_id = %s",
+            (codec.pack(raw), len(raw), cid),
         )
-    with pytest.raises(ConsistencyError, match="postgresql_checkpoint"):
-        stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
+
+
+@pytest.mark.parametrize("tampered", [False, True], ids=["sound", "tampered"])
+@pytest.mark.parametrize("lost", [True, False], ids=["over a lost memory", "over one with keys"])
+def test_a_snapshot_from_postgresql_is_hashed_while_redis_writes_it_over_a_lost_memory(
+    stack: amber.Stack,
+    mem: AgentMemory,
+    monkeypatch: pytest.MonkeyPatch,
+    lost: bool,
+    tampered: bool,
+) -> None:
+    """Over a memory that holds no keys, a snapshot read from PostgreSQL is hashed while
+    Redis writes it (the script goes out first); one that does not match is then
+    replaced by an empty memory before the error, so nothing of it is left to be read.
+    Over a memory with keys it is hashed before anything is sent, and one that does not
+    match leaves those keys as they were."""
+    from amber.memory import apply
+
+    analysis = str(uuid.uuid4())
+    cid = insert_checkpoint(stack, analysis, "strategy", mem.agent_id)
+    meta = stack.snapshotter.snapshot_on_checkpoint(mem.agent_id, cid, dual_write=True)
+    secondary = (stack.keys.l1_snapshot(mem.agent_id), stack.keys.l1_snapshot_meta(mem.agent_id))
+    stack.redis.delete(*secondary)  # PostgreSQL's is the one
+    if tampered:
+        _tamper_row(stack, cid, _tamper_value)
+    if lost:
+        apply_memory(stack.redis, stack.keys, mem.agent_id, {}, 0, 60_000)
+    before = read_memory(stack.redis, stack.keys, mem.agent_id)
+    order: list[str] = []
+    send, check = apply.Pending.send, stack.verifier.check_snapshot
+    monkeypatch.setattr(apply.Pending, "send", lambda *a: order.append("sent") or send(*a))
+    monkeypatch.setattr(
+        stack.verifier, "check_snapshot", lambda *a: order.append("hashed") or check(*a)
+    )
+    if tampered:
+        with pytest.raises(ConsistencyError, match="postgresql_checkpoint"):
+            stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
+    else:
+        report = stack.restorer.restore_from_snapshot(mem.agent_id, analysis, "strategy")
+        assert report is not None and report.source == "postgresql_checkpoint"
+    expected = {  # (lost, tampered): the restore's script, its hash, the empty memory
+        (True, False): ["sent", "hashed"],
+        (True, True): ["sent", "hashed", "sent"],
+        (False, False): ["hashed", "sent"],
+        (False, True): ["hashed"],
+    }
+    assert order == expected[lost, tampered]
+    after = read_memory(stack.redis, stack.keys, mem.agent_id)
+    if not tampered:
+        assert after.hash == meta.hash and len(after.memory) == len(before.memory or after.memory)
+    elif lost:
+        assert after.memory == {} and not after.missing
+    else:
+        assert (after.hash, after.epoch, after.seq) == (before.hash, before.epoch, before.seq)
+
+
+def test_a_check_failing_while_redis_writes_a_restore_it_refused_changes_nothing(
+    stack: amber.Stack, mem: AgentMemory
+) -> None:
+    """The script refuses a memory written since its index was read: the check that
+    failed meanwhile is raised, and nothing is replaced (there is nothing to take back)."""
+    from amber.memory.apply import Held, apply_canon
+
+    now = read_memory(stack.redis, stack.keys, mem.agent_id)
+
+    def fail() -> None:
+        raise ConsistencyError("the snapshot does not match its hash")
+
+    stale = Held((), now.seq - 1, now.epoch)  # as if written since it was read
+    with pytest.raises(ConsistencyError, match="does not match its hash"):
+        apply_canon(stack.redis, stack.keys, mem.agent_id, now.canon, now.seq, 60_000,
+                    held=stale, during=fail)  # fmt: skip
+    after = read_memory(stack.redis, stack.keys, mem.agent_id)
+    assert (after.hash, after.epoch, after.seq) == (now.hash, now.epoch, now.seq)
 
 
 @pytest.mark.parametrize("garbage", [b"\x00not zstd", b"", "flip"])

@@ -19,7 +19,7 @@ import pytest
 
 import amber
 from amber import Fenced
-from amber.memory.restore import apply_memory
+from amber.memory.apply import apply_memory
 from amber.runtime.app import RESULT_KEY
 from amber.schema import sql
 

@@ -35,6 +35,18 @@ class Loaded:
     """The incarnation of the memory the snapshot was taken of."""
     fmt: int = codec.FORMAT_VERSION
     """The snapshot format ``hash`` was computed in."""
+    unchecked: bool = False
+    """Its keys are not hashed yet (``stored_hash`` is None): :meth:`actual_hash` does it
+    over ``canon``, which a restore runs while Redis writes the keys."""
+
+    def actual_hash(self) -> str:
+        """The hash its keys have, as read: ``stored_hash``, else computed (over ``canon``
+        when ``unchecked``, else over the decoded ``memory``)."""
+        if self.stored_hash is not None:
+            return self.stored_hash
+        if self.unchecked:
+            return codec.combine(codec.digest_sum(self.canon))
+        return codec.memory_hash(self.memory)
 
     @functools.cached_property
     def memory(self) -> dict[str, Entry]:
@@ -108,9 +120,10 @@ class FoldedChain:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def loaded(self, k: int) -> Loaded:
+    def loaded(self, k: int, defer: bool = False) -> Loaded:
         """Row ``k``'s snapshot (0: the whole one; -1: the newest); ``CodecError`` when
-        the memory it rebuilds does not hash to what the row recorded."""
+        the memory it rebuilds does not hash to what the row recorded. With ``defer``, a
+        row folded unchecked comes back ``unchecked``: whoever uses it checks it."""
         k %= len(self.rows)
         canon = self.canon
         if k < len(self.rows) - 1:
@@ -119,6 +132,9 @@ class FoldedChain:
                 _undo(canon, row.undo)
         row = self.rows[k]
         total = row.total
+        if total is None and defer and row.fmt == codec.FORMAT_VERSION:
+            return Loaded("postgresql_checkpoint", canon, row.recorded, row.l1_seq,
+                          epoch=row.epoch, unchecked=True)  # fmt: skip
         if total is None:  # folded unchecked (see fold_chain): checked now, whole
             total = codec.digest_sum(canon)
             if codec.combine(total) != row.recorded:
@@ -151,7 +167,9 @@ def chain_rows(
     return conn.execute(sql.SNAPSHOT_CHAIN, params, binary=True).fetchall()
 
 
-def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[FoldedChain, str | None]:
+def fold_chain(
+    rows: list[tuple[Any, ...]], check_newest: bool = True
+) -> tuple[FoldedChain, str | None]:
     """The snapshots a chain of PostgreSQL rows holds, oldest first, each one verified.
 
     ``rows`` (seq, blob, size, hash, l1 seq, epoch, base) start with a whole snapshot;
@@ -162,17 +180,23 @@ def fold_chain(rows: list[tuple[Any, ...]]) -> tuple[FoldedChain, str | None]:
     chain is applied again checking every row's hash as it goes (O(changes) per row,
     the hash being a sum of key digests), and stops at the first row that fails,
     saying why.
+
+    Without ``check_newest`` the first pass leaves the newest row's hash to be checked
+    by whoever takes its snapshot (:meth:`FoldedChain.loaded`, a restore while Redis
+    writes it); an older row is then checked when its snapshot is taken.
     """
-    fast = _fold(rows, each=False)
+    fast = _fold(rows, each=False, check_newest=check_newest)
     if fast[1] is None:  # that pass fails whole, never part of the chain
         return fast
     return _fold(rows, each=True)
 
 
-def _fold(rows: list[tuple[Any, ...]], each: bool) -> tuple[FoldedChain, str | None]:
+def _fold(
+    rows: list[tuple[Any, ...]], each: bool, check_newest: bool = True
+) -> tuple[FoldedChain, str | None]:
     """``fold_chain``'s pass: with ``each`` every row's hash is checked as it is applied,
-    else only the newest row's, once the chain is applied (any failure then drops the
-    whole chain: the caller folds again, checking each row)."""
+    else only the newest row's (with ``check_newest``), once the chain is applied (any
+    failure then drops the whole chain: the caller folds again, checking each row)."""
     chain = FoldedChain()
     error: str | None = None
     canon = chain.canon
@@ -226,7 +250,7 @@ def _fold(rows: list[tuple[Any, ...]], each: bool) -> tuple[FoldedChain, str | N
             _Row(int(seq), str(recorded), int(l1_seq or 0), epoch, fmt_row, total, undo)
         )
         prev = seq
-    if not each and chain.rows:
+    if not each and check_newest and chain.rows:
         newest = chain.rows[-1]
         total = codec.digest_sum(canon)
         if codec.combine(total) != newest.recorded:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from amber import codec, observe
 from amber.errors import AmberError, Fenced, StoreUnavailable
 from amber.keys import check_id
+from amber.memory.apply import Held
 from amber.memory.chain import Loaded
-from amber.memory.restore import Held, L1CacheRestorer
+from amber.memory.restore import L1CacheRestorer
 from amber.memory.snapshot import L1CacheSnapshotter, Snapshot, elapsed_ms
 from amber.memory.ttl import L1TTLManager
 

@@ -4,31 +4,28 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
 import time
-import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
-import msgpack
 import orjson
 import redis
 from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
-from amber.codec import CodecError, Entry
+from amber.codec import CodecError
 from amber.errors import (
     AmberError,
     ConsistencyError,
     Fenced,
-    InvalidIdentifier,
     MemoryContended,
     StoreUnavailable,
 )
-from amber.keys import Keys, check_id, check_key, check_keys, check_uuid
+from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
+from amber.memory.apply import Held, apply_canon, apply_memory, read_held
 from amber.memory.chain import (
     FoldedChain,
     Loaded,
@@ -66,23 +63,6 @@ class RestoreReport:
     """The new incarnation the restore started."""
 
 
-@dataclass(frozen=True)
-class Held:
-    """What an agent's L1 index named when it was read, and the sequence and epoch it was
-    read at: the keys a restore replaces. The restore script is refused (and the index
-    read again) if the memory was written since, so no key written in between is left
-    behind outside the new index."""
-
-    names: Collection[str]
-    seq: int | bytes
-    """The sequence, as read or as Redis stores it (the script reads both as numbers)."""
-    epoch: str | bytes | None
-
-
-RESTORE_TRIES = 3
-"""Restores tried while another writer keeps changing the memory, before giving up."""
-
-
 class ConsistencyVerifier:
     """Hash and key-count checks around a restore (DD-016 D3)."""
 
@@ -95,7 +75,7 @@ class ConsistencyVerifier:
         every value must decode too (``CodecError``: a restore finds that as it writes)."""
         if decode:
             loaded.memory  # noqa: B018 - decoded once, or CodecError
-        actual = loaded.stored_hash or codec.memory_hash(loaded.memory)
+        actual = loaded.actual_hash()
         if actual != loaded.hash:
             raise ConsistencyError(
                 f"snapshot from {loaded.source} does not match its hash (corrupted)",
@@ -121,182 +101,6 @@ class ConsistencyVerifier:
                 actual_keys=len(snap.memory),
             )
         return snap
-
-
-Flat = bytes | str | list[bytes | str]
-"""A value as the RESTORE script takes it: a string's bytes (or its text, packed as the
-same UTF-8 bytes), or a collection as a flat list (zset scores as Redis parses them)."""
-
-
-def _flat(rtype: str, v: Any, name: str) -> Flat:
-    """A decoded value as the RESTORE script takes it."""
-    if rtype == "string":
-        return cast(bytes, v)
-    if not v:
-        raise CodecError(f"key {name!r}: an empty {rtype} cannot exist in Redis")
-    if rtype == "list":
-        return cast(list[bytes | str], v)
-    if rtype == "set":
-        return list(cast(set[bytes], v))
-    if rtype == "hash":
-        return [b for pair in cast(dict[bytes, bytes], v).items() for b in pair]
-    return [b for m, score in cast(list[tuple[bytes, float]], v) for b in (repr(score), m)]
-
-
-def _decoded_flat(name: str, c: Canon) -> Flat:
-    """A key in canonical form, other than a string stored as text, as the RESTORE script
-    takes it: decoded (``CodecError`` if malformed)."""
-    rtype, v, _ = c
-    return _flat(rtype, codec.decode_value(rtype, v, f"key {name!r}"), name)
-
-
-def apply_memory(
-    client: redis.Redis,
-    keys: Keys,
-    agent_id: str,
-    memory: Mapping[str, Entry],
-    seq: int,
-    ttl_ms: int,
-    token: int | None = None,
-) -> str:
-    """Replace the agent's whole L1 with ``memory`` in one Lua script (atomic), as a new
-    incarnation; returns its epoch. With ``token`` (the restoring run's) the script is
-    refused (``Fenced``) when a later run fenced the memory, else it sets the fence.
-
-    Written and verified in one pass: the script returns the SHA-1 of the payload it
-    received and checks every collection it wrote (its type and members) and the index;
-    a payload that arrived other than sent, or a key that does not hold it, is
-    ``ConsistencyError``. A string is stored by ``SET`` or ``MSET`` exactly as received.
-
-    Keys with an own TTL in the snapshot (``ttl_ms`` > 0) get it back, still marked as
-    intended; the others get ``ttl_ms``. Stale keys are those the index lists. Keys an
-    expired index no longer names cannot be read through amber and expire by their own TTL.
-    """
-    names = check_keys(list(memory))
-    entries = [memory[n] for n in names]
-    types: list[str] = [e.type for e in entries]
-    values = [_flat(e.type, e.value, n) for n, e in zip(names, entries, strict=True)]
-    ttls = [max(e.ttl_ms, 0) for e in entries]
-    return _apply(client, keys, agent_id, names, (types, values, ttls), seq, ttl_ms, token)
-
-
-def apply_canon(
-    client: redis.Redis,
-    keys: Keys,
-    agent_id: str,
-    canon: Mapping[str, Canon],
-    seq: int,
-    ttl_ms: int,
-    token: int | None = None,
-    held: Held | None = None,
-) -> str:
-    """:func:`apply_memory` of a memory in canonical form (a snapshot as stored), without
-    building its entries first; ``CodecError`` if a value is malformed. ``held``: what
-    the agent's index named when the caller read it (None: read here)."""
-    names = check_keys(list(canon))
-    items = list(canon.values())  # in the order of ``names``
-    types: list[str] = [c[0] for c in items]
-    # a string stored as text (the common case) is packed as it is, with no call per key
-    values: list[Flat] = [
-        c[1] if c[0] == "string" and c[1].__class__ is str else _decoded_flat(n, c)
-        for n, c in zip(names, items, strict=True)
-    ]
-    ttls = [c[2] if c[2] > 0 else 0 for c in items]
-    return _apply(client, keys, agent_id, names, (types, values, ttls), seq, ttl_ms, token, held)
-
-
-def _apply(
-    client: redis.Redis,
-    keys: Keys,
-    agent_id: str,
-    names: list[str],
-    lists: tuple[list[str], list[Flat], list[int]],
-    seq: int,
-    ttl_ms: int,
-    token: int | None,
-    held: Held | None = None,
-) -> str:
-    """The RESTORE script's call and the check of its reply (:func:`apply_memory`). The
-    stale keys it deletes are the names the index held (``held``, else read here) that
-    the new memory does not; the script is refused, and the index read again, when the
-    memory was written since they were read (``RESTORE_TRIES`` times at most)."""
-    index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
-    writing = set(names)
-    base = keys.l1_base(agent_id)
-    payload = msgpack.packb(lists, use_bin_type=False)  # the types, values and own TTLs
-    epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
-    script = client.register_script(scripts.RESTORE)
-    for _ in range(RESTORE_TRIES):
-        with redis_errors(agent_id):
-            if held is None:
-                held = _read_held(client, keys, agent_id)
-            stale = set(held.names) - writing
-            reply = script(
-                keys=[
-                    index_key,
-                    seq_key,
-                    keys.l1_epoch(agent_id),
-                    keys.l1_changes(agent_id),
-                    *[base + n for n in names],
-                    *[base + n for n in sorted(stale)],
-                    keys.l1_fence(agent_id),
-                ],
-                args=[payload, len(names), ttl_ms, seq, epoch, base,
-                      "" if token is None else token, held.seq, held.epoch or ""],
-            )  # fmt: skip
-        written, received, bad = cast(list[Any], reply)
-        if int(written) == -1:  # written to since the index was read: read it again
-            held = None
-            continue
-        received = received.decode() if isinstance(received, bytes) else str(received)
-        if int(written) != len(names) or received != hashlib.sha1(payload).hexdigest() or bad:
-            raise ConsistencyError(
-                f"restored L1 does not match its snapshot: {int(bad)} key(s) differ"
-                f" or the payload arrived changed",
-                agent_id=agent_id,
-                expected_keys=len(names),
-            )
-        return epoch
-    raise MemoryContended(
-        f"working memory was written to while it was being restored, {RESTORE_TRIES} times:"
-        " another writer is using it (fence it off with a run's token first)",
-        agent_id=agent_id,
-    )
-
-
-def _read_held(client: redis.Redis, keys: Keys, agent_id: str) -> Held:
-    """The names the agent's index holds now, with the sequence and epoch read just before
-    them: a write in between bumps the sequence, so the restore is refused, never blind
-    to a key (no transaction needed)."""
-    with client.pipeline(transaction=False) as pipe:
-        pipe.get(keys.l1_seq(agent_id))
-        pipe.get(keys.l1_epoch(agent_id))
-        pipe.hkeys(keys.l1_index(agent_id))
-        # a key of another type (WRONGTYPE) reads as absent: the restore replaces it
-        seq, epoch, raw = (
-            None if isinstance(r, redis.ResponseError) else r
-            for r in pipe.execute(raise_on_error=False)
-        )
-    return Held(
-        _valid_names(cast(list[bytes], raw or [])),
-        cast(bytes | None, seq) or 0,
-        cast(bytes | None, epoch),
-    )
-
-
-def _valid_names(raw: list[bytes]) -> set[str]:
-    """Index names that are key names amber could have written (garbage is left to expire)."""
-    try:
-        return set(check_keys([k.decode() for k in raw]))
-    except (UnicodeDecodeError, InvalidIdentifier):
-        pass  # some are bad: sort them out one by one
-    names = set()
-    for k in raw:
-        try:
-            names.add(check_key(k.decode()))
-        except (UnicodeDecodeError, InvalidIdentifier):
-            log.warning("skipping a bad name in an L1 index: %r", k)
-    return names
 
 
 Loader = Callable[[], Loaded | None]
@@ -357,29 +161,32 @@ class L1CacheRestorer:
         return chain.loaded(-1) if chain else None
 
     def _pg_chain(
-        self, analysis_id: object, agent_type: str, below: int = 2**62
+        self, analysis_id: object, agent_type: str, below: int = 2**62, check: bool = True
     ) -> tuple[int | None, FoldedChain, str | None]:
         """The newest chain below checkpoint ``below``: the checkpoint its whole snapshot is
-        in (None: no chain), its sound snapshots oldest first, and why it stops early."""
+        in (None: no chain), its sound snapshots oldest first, and why it stops early.
+        Without ``check`` the newest row's hash is left to whoever takes it."""
         aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
         with self.pg.connection() as conn:
             rows = chain_rows(conn, aid, atype, below)
         if not rows:
             return None, FoldedChain(), None
-        return int(rows[0][0]), *fold_chain(rows)
+        return int(rows[0][0]), *fold_chain(rows, check_newest=check)
 
     def _pg_candidates(self, analysis_id: object, agent_type: str) -> Iterator[Loader | str]:
         """PostgreSQL's snapshots, newest sound one first, and why a newer one was not
-        (a str); an older chain when the newest chain's whole snapshot is unreadable."""
+        (a str); an older chain when the newest chain's whole snapshot is unreadable.
+        Their hashes are checked by the restore that writes them, while Redis does
+        (``restore_loaded``)."""
         below, tried = 2**62, 0
         while tried < PG_SNAPSHOTS_TRIED:
-            base, chain, error = self._pg_chain(analysis_id, agent_type, below)
+            base, chain, error = self._pg_chain(analysis_id, agent_type, below, check=False)
             if base is None:
                 return
             if error:
                 yield error
             for k in reversed(range(len(chain))):
-                yield functools.partial(chain.loaded, k)
+                yield functools.partial(chain.loaded, k, defer=True)
                 tried += 1
                 if tried >= PG_SNAPSHOTS_TRIED:
                     return
@@ -405,12 +212,29 @@ class L1CacheRestorer:
         held: Held | None = None,
     ) -> RestoreReport:
         """Verify, write atomically, verify again. Raises ``ConsistencyError`` on mismatch,
-        ``Fenced`` when a run with a higher token than ``token`` took the memory over."""
+        ``Fenced`` when a run with a higher token than ``token`` took the memory over.
+
+        A snapshot whose keys were not hashed yet (``loaded.unchecked``) is hashed while
+        Redis writes it when the memory it replaces holds no keys (lost, or never
+        written): if it does not match, what was written is replaced by an empty memory
+        again before ``ConsistencyError``, and no one was handed it. Over a memory that
+        holds keys it is hashed first, so a snapshot that fails leaves them as they are."""
         t0 = time.perf_counter()
-        self.verifier.check_snapshot(agent_id, loaded)
+
+        def check() -> None:
+            self.verifier.check_snapshot(agent_id, loaded)
+
+        during = None
+        if loaded.unchecked:
+            with redis_errors(agent_id):
+                held = held or read_held(self.redis, self.keys, agent_id)
+            during = None if held.names else check
+        if during is None:
+            check()
         epoch = apply_canon(  # verified by the script that writes it
-            self.redis, self.keys, agent_id, loaded.canon, loaded.seq, self.ttl_ms, token, held
-        )
+            self.redis, self.keys, agent_id, loaded.canon, loaded.seq, self.ttl_ms, token,
+            held, during,
+        )  # fmt: skip
         return RestoreReport(
             loaded.source, len(loaded.canon), loaded.seq, loaded.hash, elapsed_ms(t0), True, epoch
         )

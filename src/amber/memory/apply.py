@@ -1,0 +1,283 @@
+"""Writing an agent's whole L1 into Redis in one script (``scripts.RESTORE``),
+atomically, as a new incarnation, and checking what the script says it wrote."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import msgpack
+import redis
+from redis.commands.core import Script
+
+from amber import codec
+from amber.codec import CodecError, Entry
+from amber.engines.later import Pending
+from amber.errors import ConsistencyError, InvalidIdentifier, MemoryContended
+from amber.keys import Keys, check_key, check_keys
+from amber.memory import scripts
+from amber.memory.reading import redis_errors
+from amber.memory.snapshot import Canon
+
+log = logging.getLogger("amber.memory")
+
+
+@dataclass(frozen=True)
+class Held:
+    """What an agent's L1 index named when it was read, and the sequence and epoch it was
+    read at: the keys a restore replaces. The restore script is refused (and the index
+    read again) if the memory was written since, so no key written in between is left
+    behind outside the new index."""
+
+    names: Collection[str]
+    seq: int | bytes
+    """The sequence, as read or as Redis stores it (the script reads both as numbers)."""
+    epoch: str | bytes | None
+
+
+RESTORE_TRIES = 3
+"""Restores tried while another writer keeps changing the memory, before giving up."""
+
+
+Flat = bytes | str | list[bytes | str]
+"""A value as the RESTORE script takes it: a string's bytes (or its text, packed as the
+same UTF-8 bytes), or a collection as a flat list (zset scores as Redis parses them)."""
+
+
+def _flat(rtype: str, v: Any, name: str) -> Flat:
+    """A decoded value as the RESTORE script takes it."""
+    if rtype == "string":
+        return cast(bytes, v)
+    if not v:
+        raise CodecError(f"key {name!r}: an empty {rtype} cannot exist in Redis")
+    if rtype == "list":
+        return cast(list[bytes | str], v)
+    if rtype == "set":
+        return list(cast(set[bytes], v))
+    if rtype == "hash":
+        return [b for pair in cast(dict[bytes, bytes], v).items() for b in pair]
+    return [b for m, score in cast(list[tuple[bytes, float]], v) for b in (repr(score), m)]
+
+
+def _decoded_flat(name: str, c: Canon) -> Flat:
+    """A key in canonical form, other than a string stored as text, as the RESTORE script
+    takes it: decoded (``CodecError`` if malformed)."""
+    rtype, v, _ = c
+    return _flat(rtype, codec.decode_value(rtype, v, f"key {name!r}"), name)
+
+
+def apply_memory(
+    client: redis.Redis,
+    keys: Keys,
+    agent_id: str,
+    memory: Mapping[str, Entry],
+    seq: int,
+    ttl_ms: int,
+    token: int | None = None,
+) -> str:
+    """Replace the agent's whole L1 with ``memory`` in one Lua script (atomic), as a new
+    incarnation; returns its epoch. With ``token`` (the restoring run's) the script is
+    refused (``Fenced``) when a later run fenced the memory, else it sets the fence.
+
+    Written and verified in one pass: the script returns the SHA-1 of the payload it
+    received and checks every collection it wrote (its type and members) and the index;
+    a payload that arrived other than sent, or a key that does not hold it, is
+    ``ConsistencyError``. A string is stored by ``SET`` or ``MSET`` exactly as received.
+
+    Keys with an own TTL in the snapshot (``ttl_ms`` > 0) get it back, still marked as
+    intended; the others get ``ttl_ms``. Stale keys are those the index lists. Keys an
+    expired index no longer names cannot be read through amber and expire by their own TTL.
+    """
+    names = check_keys(list(memory))
+    entries = [memory[n] for n in names]
+    types: list[str] = [e.type for e in entries]
+    values = [_flat(e.type, e.value, n) for n, e in zip(names, entries, strict=True)]
+    ttls = [max(e.ttl_ms, 0) for e in entries]
+    return _apply(client, keys, agent_id, names, (types, values, ttls), seq, ttl_ms, token)
+
+
+def apply_canon(
+    client: redis.Redis,
+    keys: Keys,
+    agent_id: str,
+    canon: Mapping[str, Canon],
+    seq: int,
+    ttl_ms: int,
+    token: int | None = None,
+    held: Held | None = None,
+    during: Callable[[], object] | None = None,
+) -> str:
+    """:func:`apply_memory` of a memory in canonical form (a snapshot as stored), without
+    building its entries first; ``CodecError`` if a value is malformed. ``held``: what
+    the agent's index named when the caller read it (None: read here). ``during``: a
+    check of the memory run while Redis writes it; if it raises, the memory written is
+    replaced by an empty one and its error raised."""
+    names = check_keys(list(canon))
+    items = list(canon.values())  # in the order of ``names``
+    types: list[str] = [c[0] for c in items]
+    # a string stored as text (the common case) is packed as it is, with no call per key
+    values: list[Flat] = [
+        c[1] if c[0] == "string" and c[1].__class__ is str else _decoded_flat(n, c)
+        for n, c in zip(names, items, strict=True)
+    ]
+    ttls = [c[2] if c[2] > 0 else 0 for c in items]
+    lists = (types, values, ttls)
+    return _apply(client, keys, agent_id, names, lists, seq, ttl_ms, token, held, during)
+
+
+def _apply(
+    client: redis.Redis,
+    keys: Keys,
+    agent_id: str,
+    names: list[str],
+    lists: tuple[list[str], list[Flat], list[int]],
+    seq: int,
+    ttl_ms: int,
+    token: int | None,
+    held: Held | None = None,
+    during: Callable[[], object] | None = None,
+) -> str:
+    """The RESTORE script's call and the check of its reply (:func:`apply_memory`). The
+    stale keys it deletes are the names the index held (``held``, else read here) that
+    the new memory does not; the script is refused, and the index read again, when the
+    memory was written since they were read (``RESTORE_TRIES`` times at most).
+
+    ``during`` runs once, while Redis runs the script (:func:`_run`). If it raises, what
+    the script may have written is replaced by an empty memory, then its error raised."""
+    index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
+    writing = set(names)
+    base = keys.l1_base(agent_id)
+    payload = msgpack.packb(lists, use_bin_type=False)  # the types, values and own TTLs
+    epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
+    script = client.register_script(scripts.RESTORE)
+    sent: list[str] = []
+
+    def overlapped() -> None:
+        sent.append(hashlib.sha1(payload).hexdigest())
+        if during is not None:
+            during()
+
+    for attempt in range(RESTORE_TRIES):
+        with redis_errors(agent_id):
+            if held is None:
+                held = read_held(client, keys, agent_id)
+            stale = set(held.names) - writing
+            call = (
+                [index_key, seq_key, keys.l1_epoch(agent_id), keys.l1_changes(agent_id),
+                 *[base + n for n in names], *[base + n for n in sorted(stale)],
+                 keys.l1_fence(agent_id)],
+                [payload, len(names), ttl_ms, seq, epoch, base,
+                 "" if token is None else token, held.seq, held.epoch or ""],
+            )  # fmt: skip
+            try:
+                reply = _run(client, script, *call, overlapped if attempt == 0 else None)
+            except _Unchecked as exc:
+                if exc.wrote and names:
+                    apply_memory(client, keys, agent_id, {}, 0, ttl_ms, token)
+                raise exc.error from None
+        written, received, bad = cast(list[Any], reply)
+        if int(written) == -1:  # written to since the index was read: read it again
+            held = None
+            continue
+        received = received.decode() if isinstance(received, bytes) else str(received)
+        if int(written) != len(names) or received != sent[0] or bad:
+            raise ConsistencyError(
+                f"restored L1 does not match its snapshot: {int(bad)} key(s) differ"
+                f" or the payload arrived changed",
+                agent_id=agent_id,
+                expected_keys=len(names),
+            )
+        return epoch
+    raise MemoryContended(
+        f"working memory was written to while it was being restored, {RESTORE_TRIES} times:"
+        " another writer is using it (fence it off with a run's token first)",
+        agent_id=agent_id,
+    )
+
+
+class _Unchecked(Exception):
+    """``during`` failed once the script had gone out: whether it may have written."""
+
+    def __init__(self, error: BaseException, wrote: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.wrote = wrote
+
+
+def _run(
+    client: redis.Redis,
+    script: Script,
+    keys_: list[Any],
+    args: list[Any],
+    during: Callable[[], object] | None,
+) -> Any:
+    """The script's reply, ``during`` run while Redis runs it: sent on a connection held
+    for its reply (``engines/later.py``); where there is none to hold (a cluster client),
+    or Redis must load the script first, ``during`` runs before it is sent. A failure of
+    ``during`` after the send is ``_Unchecked``, saying whether the script may have
+    written (its reply read first, so the connection goes back ready)."""
+    pending = None
+    if during is not None:
+        pending = Pending.send(client, "EVALSHA", script.sha, len(keys_), *keys_, *args)
+        if pending is None:
+            during()
+    if pending is None:
+        return script(keys=keys_, args=args)
+    try:
+        during()  # type: ignore[misc]  # not None: pending was sent for it
+    except BaseException as exc:
+        got = pending.replies()[0]
+        if not isinstance(exc, Exception):
+            raise
+        refused = isinstance(got, redis.ResponseError) or (
+            isinstance(got, list) and int(got[0]) == -1
+        )
+        raise _Unchecked(exc, wrote=not refused) from None
+    try:
+        got = pending.reply()
+    except OSError as exc:  # the connection was lost
+        raise redis.ConnectionError(str(exc)) from None
+    if isinstance(got, redis.exceptions.NoScriptError):  # not run: loaded, then run
+        return script(keys=keys_, args=args)
+    if isinstance(got, redis.ResponseError):
+        raise got
+    return got
+
+
+def read_held(client: redis.Redis, keys: Keys, agent_id: str) -> Held:
+    """The names the agent's index holds now, with the sequence and epoch read just before
+    them: a write in between bumps the sequence, so the restore is refused, never blind
+    to a key (no transaction needed)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.get(keys.l1_seq(agent_id))
+        pipe.get(keys.l1_epoch(agent_id))
+        pipe.hkeys(keys.l1_index(agent_id))
+        # a key of another type (WRONGTYPE) reads as absent: the restore replaces it
+        seq, epoch, raw = (
+            None if isinstance(r, redis.ResponseError) else r
+            for r in pipe.execute(raise_on_error=False)
+        )
+    return Held(
+        _valid_names(cast(list[bytes], raw or [])),
+        cast(bytes | None, seq) or 0,
+        cast(bytes | None, epoch),
+    )
+
+
+def _valid_names(raw: list[bytes]) -> set[str]:
+    """Index names that are key names amber could have written (garbage is left to expire)."""
+    try:
+        return set(check_keys([k.decode() for k in raw]))
+    except (UnicodeDecodeError, InvalidIdentifier):
+        pass  # some are bad: sort them out one by one
+    names = set()
+    for k in raw:
+        try:
+            names.add(check_key(k.decode()))
+        except (UnicodeDecodeError, InvalidIdentifier):
+            log.warning("skipping a bad name in an L1 index: %r", k)
+    return names

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 import amber
 from amber import codec
 from amber.agents import BaseAgent
-from amber.errors import CheckpointConflict, WrongType
+from amber.errors import CheckpointConflict, ConsistencyError, WrongType
 from amber.memory import read_memory
+from amber.memory.apply import apply_memory
 from amber.memory.snapshot import MAX_CHAIN
 
 
@@ -297,6 +298,44 @@ def test_a_chain_is_checked_at_its_newest_row_and_an_older_row_when_it_is_asked_
     base, chain, error = stack.restorer._pg_chain(agent.analysis_id, Steps.agent_type)
     assert len(chain) == 1 and error is not None and "row 2" in error
     assert chain.loaded(-1).hash == hashes[0]
+
+
+@pytest.mark.parametrize("bad", [4, 2, 1], ids=["the newest row", "a delta", "the whole row"])
+def test_a_restore_over_a_lost_memory_falls_back_past_a_row_that_does_not_match(
+    stack: amber.Stack, uid: Callable[[str], str], bad: int
+) -> None:
+    """Over a lost memory the newest snapshot is hashed while Redis writes it; when it
+    does not match, the chain is folded again checking each row, and the newest row
+    before the first that does not match is restored (or none: the rows after a bad one
+    all build on it)."""
+    agent = _agent(stack, uid)
+    hashes = _saves_of_one_key_each(stack, agent, 4)
+    with stack.pg.connection() as conn:  # the row's value of the key it wrote: v1 → vX
+        where = " WHERE analysis_id = %s AND seq = %s"
+        blob = conn.execute(
+            "SELECT l1_snapshot FROM agent_checkpoints" + where, (agent.analysis_id, bad)
+        ).fetchone()[0]  # type: ignore[index]
+        raw = codec.unpack(blob).replace(f'"v{bad - 1}"'.encode(), b'"vX"')
+        conn.execute(
+            "UPDATE agent_checkpoints SET l1_snapshot = %s" + where,
+            (codec.pack(raw), agent.analysis_id, bad),
+        )
+    keys = stack.keys
+    stack.redis.delete(keys.l1_snapshot(agent.agent_id), keys.l1_snapshot_meta(agent.agent_id))
+    apply_memory(stack.redis, keys, agent.agent_id, {}, 0, 60_000)  # as if Redis lost it
+    if bad == 1:
+        with pytest.raises(ConsistencyError):
+            stack.restorer.restore_from_snapshot(
+                agent.agent_id, agent.analysis_id, Steps.agent_type
+            )
+        assert read_memory(stack.redis, keys, agent.agent_id).memory == {}
+        return
+    report = stack.restorer.restore_from_snapshot(
+        agent.agent_id, agent.analysis_id, Steps.agent_type
+    )
+    assert report is not None and report.hash == hashes[bad - 2] and report.seq > 0
+    after = read_memory(stack.redis, keys, agent.agent_id)
+    assert after.hash == hashes[bad - 2] and after.epoch == report.epoch
 
 
 def test_every_row_of_a_folded_chain_is_the_memory_that_was_saved(

@@ -90,7 +90,9 @@ def idempotent_scripts() -> frozenset[str]:
     return frozenset(IDEMPOTENT_SCRIPTS)
 
 
-def _not_run(exc: BaseException) -> bool:
+def not_run(exc: BaseException) -> bool:
+    """Whether a command that failed with ``exc`` certainly did not run: the server
+    refused it before running it, or it was never sent."""
     if isinstance(exc, (*REFUSED, MasterNotFoundError)):  # no primary: nothing was sent
         return True
     text = str(exc)
@@ -135,7 +137,7 @@ class Policy:
                 tries += 1
                 if isinstance(exc, RetriesExhausted) or not _transient(exc):
                     raise
-                if not (_not_run(exc) or self.idempotent(args)):
+                if not (not_run(exc) or self.idempotent(args)):
                     raise
                 wait = min(delay, MAX_DELAY) * (0.5 + random.random() / 2)
                 if self.budget <= 0 or time.monotonic() + wait > deadline:

@@ -17,6 +17,7 @@ from redis.commands.core import Script
 from amber import codec
 from amber.codec import CodecError, Entry
 from amber.engines.later import Pending
+from amber.engines.retry import not_run
 from amber.errors import ConsistencyError, InvalidIdentifier, MemoryContended
 from amber.keys import Keys, check_key, check_keys
 from amber.memory import scripts
@@ -146,8 +147,11 @@ def _apply(
     the new memory does not; the script is refused, and the index read again, when the
     memory was written since they were read (``RESTORE_TRIES`` times at most).
 
-    ``during`` runs once, while Redis runs the script (:func:`_run`). If it raises, what
-    the script may have written is replaced by an empty memory, then its error raised."""
+    ``during`` (a check of the memory) runs once, while Redis runs the script
+    (:func:`_run`). The script then writes the memory under an unconfirmed epoch
+    (``scripts.UNCONFIRMED``), which no recovery takes as it is, made the memory's own
+    (``scripts.CONFIRM``) once the check passed and the reply checks out. If ``during``
+    raises, what the script wrote is replaced by an empty memory, then its error raised."""
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     writing = set(names)
     base = keys.l1_base(agent_id)
@@ -158,10 +162,11 @@ def _apply(
 
     def overlapped() -> None:
         sent.append(hashlib.sha1(payload).hexdigest())
-        if during is not None:
-            during()
+        during()  # type: ignore[misc]  # only passed when given
 
     for attempt in range(RESTORE_TRIES):
+        check = overlapped if during is not None and attempt == 0 else None
+        shown = scripts.UNCONFIRMED + epoch[1:] if check is not None else epoch
         with redis_errors(agent_id):
             if held is None:
                 held = read_held(client, keys, agent_id)
@@ -170,19 +175,20 @@ def _apply(
                 [index_key, seq_key, keys.l1_epoch(agent_id), keys.l1_changes(agent_id),
                  *[base + n for n in names], *[base + n for n in sorted(stale)],
                  keys.l1_fence(agent_id)],
-                [payload, len(names), ttl_ms, seq, epoch, base,
+                [payload, len(names), ttl_ms, seq, shown, base,
                  "" if token is None else token, held.seq, held.epoch or ""],
             )  # fmt: skip
             try:
-                reply = _run(client, script, *call, overlapped if attempt == 0 else None)
+                reply = _run(client, script, *call, check)
             except _Unchecked as exc:
-                if exc.wrote and names:
+                if exc.wrote:
                     apply_memory(client, keys, agent_id, {}, 0, ttl_ms, token)
                 raise exc.error from None
         written, received, bad = cast(list[Any], reply)
         if int(written) == -1:  # written to since the index was read: read it again
             held = None
             continue
+        sent = sent or [hashlib.sha1(payload).hexdigest()]
         received = received.decode() if isinstance(received, bytes) else str(received)
         if int(written) != len(names) or received != sent[0] or bad:
             raise ConsistencyError(
@@ -191,12 +197,37 @@ def _apply(
                 agent_id=agent_id,
                 expected_keys=len(names),
             )
+        if shown != epoch:
+            _confirm(client, keys, agent_id, shown, epoch, ttl_ms, token)
         return epoch
     raise MemoryContended(
         f"working memory was written to while it was being restored, {RESTORE_TRIES} times:"
         " another writer is using it (fence it off with a run's token first)",
         agent_id=agent_id,
     )
+
+
+def _confirm(
+    client: redis.Redis,
+    keys: Keys,
+    agent_id: str,
+    unconfirmed: str,
+    epoch: str,
+    ttl_ms: int,
+    token: int | None,
+) -> None:
+    """Make a restored memory's unconfirmed epoch its own (``scripts.CONFIRM``)."""
+    with redis_errors(agent_id):
+        done = client.register_script(scripts.CONFIRM)(
+            keys=[keys.l1_epoch(agent_id), keys.l1_fence(agent_id)],
+            args=[unconfirmed, epoch, ttl_ms, "" if token is None else token],
+        )
+    if not done:
+        raise MemoryContended(
+            "working memory was replaced while its restore was being confirmed: another"
+            " writer is using it (fence it off with a run's token first)",
+            agent_id=agent_id,
+        )
 
 
 class _Unchecked(Exception):
@@ -215,11 +246,14 @@ def _run(
     args: list[Any],
     during: Callable[[], object] | None,
 ) -> Any:
-    """The script's reply, ``during`` run while Redis runs it: sent on a connection held
-    for its reply (``engines/later.py``); where there is none to hold (a cluster client),
-    or Redis must load the script first, ``during`` runs before it is sent. A failure of
-    ``during`` after the send is ``_Unchecked``, saying whether the script may have
-    written (its reply read first, so the connection goes back ready)."""
+    """The script's reply. With ``during``, the script is sent on a connection held for
+    its reply (``engines/later.py``) and ``during`` runs while Redis runs it; where there
+    is none to hold (a cluster client), ``during`` runs first. A reply saying the script
+    did not run (not loaded yet, a server that refused it, as in a failover) sends it
+    again the ordinary way, under the client's retry policy. A failure of ``during``
+    after the send is ``_Unchecked``, saying whether the script may have written (its
+    reply read first, so the connection goes back ready); a fenced reply is raised as
+    it is, nothing having been written."""
     pending = None
     if during is not None:
         pending = Pending.send(client, "EVALSHA", script.sha, len(keys_), *keys_, *args)
@@ -233,19 +267,23 @@ def _run(
         got = pending.replies()[0]
         if not isinstance(exc, Exception):
             raise
-        refused = isinstance(got, redis.ResponseError) or (
-            isinstance(got, list) and int(got[0]) == -1
-        )
+        if isinstance(got, redis.ResponseError) and str(got).startswith(scripts.FENCED):
+            raise got from None
+        refused = _not_run(got) or (isinstance(got, list) and int(got[0]) == -1)
         raise _Unchecked(exc, wrote=not refused) from None
-    try:
-        got = pending.reply()
-    except OSError as exc:  # the connection was lost
-        raise redis.ConnectionError(str(exc)) from None
-    if isinstance(got, redis.exceptions.NoScriptError):  # not run: loaded, then run
+    got = pending.replies()[0]
+    if _not_run(got):  # the script did not run: sent again, under the retry policy
         return script(keys=keys_, args=args)
-    if isinstance(got, redis.ResponseError):
-        raise got
+    if isinstance(got, BaseException):
+        raise redis.ConnectionError(str(got)) if isinstance(got, OSError) else got
     return got
+
+
+def _not_run(reply: object) -> bool:
+    """Whether a reply (or the error standing for it) says the script did not run."""
+    return isinstance(reply, redis.exceptions.NoScriptError) or (
+        isinstance(reply, BaseException) and not_run(reply)
+    )
 
 
 def read_held(client: redis.Redis, keys: Keys, agent_id: str) -> Held:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from amber import codec, observe
 from amber.errors import AmberError, Fenced, StoreUnavailable
 from amber.keys import check_id
+from amber.memory import scripts
 from amber.memory.apply import Held
 from amber.memory.chain import Loaded
 from amber.memory.restore import L1CacheRestorer
@@ -96,10 +97,13 @@ def l1_complete(snap: Snapshot, reference: Loaded | MemoryMark | None) -> tuple[
     or one restored from that snapshot or a newer one. A memory that was re-created
     after the snapshot (lost, then written again) is not complete, however high its
     sequence; at the snapshot's own sequence it must also hash the same. A partly
-    expired L1 (Flaw #25 D3) is never complete.
+    expired L1 (Flaw #25 D3) is never complete, nor is one a restore wrote and did not
+    confirm (its snapshot hashed while Redis wrote it: ``memory/apply.py``).
     """
     if not snap.indexed:
         return False, "no L1"
+    if snap.epoch is not None and snap.epoch.startswith(scripts.UNCONFIRMED):
+        return False, "L1 was written by a restore that was never confirmed"
     if snap.missing:
         return False, f"{len(snap.missing)} key(s) expired: {', '.join(snap.missing[:5])}"
     if snap.seq == 0:

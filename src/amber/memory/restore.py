@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import orjson
 import redis
@@ -161,36 +161,55 @@ class L1CacheRestorer:
         return chain.loaded(-1) if chain else None
 
     def _pg_chain(
-        self, analysis_id: object, agent_type: str, below: int = 2**62, check: bool = True
+        self, analysis_id: object, agent_type: str, below: int = 2**62
     ) -> tuple[int | None, FoldedChain, str | None]:
         """The newest chain below checkpoint ``below``: the checkpoint its whole snapshot is
-        in (None: no chain), its sound snapshots oldest first, and why it stops early.
-        Without ``check`` the newest row's hash is left to whoever takes it."""
-        aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
-        with self.pg.connection() as conn:
-            rows = chain_rows(conn, aid, atype, below)
+        in (None: no chain), its sound snapshots oldest first, and why it stops early."""
+        rows = self._pg_rows(analysis_id, agent_type, below)
         if not rows:
             return None, FoldedChain(), None
-        return int(rows[0][0]), *fold_chain(rows, check_newest=check)
+        return int(rows[0][0]), *fold_chain(rows)
+
+    def _pg_rows(self, analysis_id: object, agent_type: str, below: int) -> list[tuple[Any, ...]]:
+        aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
+        with self.pg.connection() as conn:
+            return chain_rows(conn, aid, atype, below)
 
     def _pg_candidates(self, analysis_id: object, agent_type: str) -> Iterator[Loader | str]:
         """PostgreSQL's snapshots, newest sound one first, and why a newer one was not
         (a str); an older chain when the newest chain's whole snapshot is unreadable.
-        Their hashes are checked by the restore that writes them, while Redis does
-        (``restore_loaded``)."""
-        below, tried = 2**62, 0
+
+        The newest is first offered unchecked, to be hashed by the restore that writes
+        it while Redis does (``restore_loaded``); asked for more, its chain is folded
+        again with its newest row checked, as any older chain is, so a row that does not
+        match cuts the chain there and the rows before it are offered next."""
+        below, tried, tried_seq = 2**62, 0, None
         while tried < PG_SNAPSHOTS_TRIED:
-            base, chain, error = self._pg_chain(analysis_id, agent_type, below, check=False)
-            if base is None:
+            rows = self._pg_rows(analysis_id, agent_type, below)
+            if not rows:
                 return
+            chain, error = None, None
+            if below == 2**62:
+                fast, error = fold_chain(rows, check_newest=False)
+                if error is None and len(fast):
+                    yield functools.partial(fast.loaded, -1, defer=True)
+                    tried, tried_seq = 1, fast.rows[-1].seq
+                    if tried >= PG_SNAPSHOTS_TRIED:
+                        return
+                else:
+                    chain = fast  # folded again, every row checked, where that pass failed
+            if chain is None:
+                chain, error = fold_chain(rows)
             if error:
                 yield error
             for k in reversed(range(len(chain))):
-                yield functools.partial(chain.loaded, k, defer=True)
+                if chain.rows[k].seq == tried_seq:
+                    continue
+                yield functools.partial(chain.loaded, k)
                 tried += 1
                 if tried >= PG_SNAPSHOTS_TRIED:
                     return
-            below = base
+            below = int(rows[0][0])
 
     def take_over(self, agent_id: str, token: int) -> None:
         """Fence the agent's memory off from every run with a lower token (``Fenced`` if

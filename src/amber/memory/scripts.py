@@ -336,6 +336,29 @@ if redis.call('HLEN', KEYS[1]) ~= n then bad = bad + 1 end
 return {{n, redis.sha1hex(ARGV[1]), bad}}
 """
 
+UNCONFIRMED = "u"
+"""First letter of the epoch a restore writes before the snapshot it writes is confirmed
+(hashed while Redis wrote it): such a memory is never taken as it is, and
+:data:`CONFIRM` gives it its own epoch (``r…``) once confirmed."""
+
+CONFIRM = (
+    """
+-- A restore's memory confirmed: its epoch, written unconfirmed, becomes its own.
+-- KEYS[1] the agent's epoch, KEYS[2] its fence
+-- ARGV[1] the unconfirmed epoch, ARGV[2] the epoch, ARGV[3] its TTL in ms,
+-- ARGV[4] the restoring run's token ('' unfenced)
+-- Returns 1, or 0 when the memory is no longer the one written (nothing changes).
+"""
+    + _check_fence("KEYS[2]", "ARGV[4]")
+    + """
+local epoch = redis.call('GET', KEYS[1])
+if epoch == ARGV[2] then return 1 end  -- confirmed already (sent again)
+if epoch ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+)
+
 FENCE = (
     """
 -- A run takes an agent's memory over: the fence becomes its token, unless a later run
@@ -418,4 +441,4 @@ return {{backup, 1}}
 """
 
 
-register_idempotent(READ, READ_CHANGES, REPAIR_INDEX, CACHE, WRITE_SEALED)
+register_idempotent(READ, READ_CHANGES, REPAIR_INDEX, CACHE, WRITE_SEALED, CONFIRM)

@@ -14,12 +14,12 @@ import orjson
 import pytest
 
 import amber
-from amber import ConsistencyError, codec
+from amber import ConsistencyError, MemoryLost, codec
 from amber.memory import AgentMemory, read_memory
 from amber.memory.apply import apply_memory
 
 from ..conftest import Engines
-from .conftest import fill, insert_checkpoint
+from .conftest import Writer, fill, insert_checkpoint
 
 
 def test_round_trip_through_the_secondary(stack: amber.Stack, mem: AgentMemory) -> None:
@@ -227,6 +227,11 @@ def test_a_snapshot_from_postgresql_is_hashed_while_redis_writes_it_over_a_lost_
     after = read_memory(stack.redis, stack.keys, mem.agent_id)
     if not tampered:
         assert after.hash == meta.hash and len(after.memory) == len(before.memory or after.memory)
+        assert after.epoch is not None and after.epoch.startswith("r")  # confirmed
+        ttl = [
+            stack.redis.pttl(k(mem.agent_id)) for k in (stack.keys.l1_epoch, stack.keys.l1_index)
+        ]
+        assert 0 < ttl[0] <= ttl[1] + 50  # the epoch kept the TTL the restore gave the memory
     elif lost:
         assert after.memory == {} and not after.missing
     else:
@@ -267,6 +272,13 @@ def test_a_restore_killed_before_its_snapshot_was_confirmed_is_never_taken_as_it
     assert left.memory and left.epoch is not None and left.epoch.startswith(scripts.UNCONFIRMED)
     ok, why = l1_complete(left, None)
     assert not ok and "never confirmed" in why
+    # nor snapshotted, nor checkpointed, by anyone who did not recover it (unguarded too)
+    with pytest.raises(MemoryLost, match="did not finish"):
+        stack.snapshotter.store(stack.snapshotter.take(mem.agent_id, full=True))
+    with pytest.raises(MemoryLost, match="did not confirm"):
+        stack.checkpointer.save_checkpoint(
+            Writer(analysis, "AAPL", stack.memory(mem.agent_id)), None
+        )
     report = stack.recovery.recover_agent_state(mem.agent_id, analysis, "strategy")
     assert report.path == "postgresql_checkpoint" and report.verified
     after = read_memory(stack.redis, stack.keys, mem.agent_id)

@@ -381,7 +381,9 @@ class AgentCheckpointer(CheckpointReads):
         """Refuse a snapshot of a memory that lost data since the agent recovered it."""
         mem = agent.l1_cache
         lost = ""
-        if mem.guarded and snap.epoch != mem.epoch:
+        if snap.unconfirmed:
+            lost = f"a restore wrote it and did not confirm it (epoch {snap.epoch})"
+        elif mem.guarded and snap.epoch != mem.epoch:
             lost = f"its incarnation changed from {mem.epoch} to {snap.epoch}"
         elif snap.missing:
             lost = f"{len(snap.missing)} key(s) expired: {', '.join(snap.missing[:5])}"

@@ -198,7 +198,7 @@ def _apply(
                 expected_keys=len(names),
             )
         if shown != epoch:
-            _confirm(client, keys, agent_id, shown, epoch, ttl_ms, token)
+            _confirm(client, keys, agent_id, shown, epoch, token)
         return epoch
     raise MemoryContended(
         f"working memory was written to while it was being restored, {RESTORE_TRIES} times:"
@@ -213,14 +213,13 @@ def _confirm(
     agent_id: str,
     unconfirmed: str,
     epoch: str,
-    ttl_ms: int,
     token: int | None,
 ) -> None:
     """Make a restored memory's unconfirmed epoch its own (``scripts.CONFIRM``)."""
     with redis_errors(agent_id):
         done = client.register_script(scripts.CONFIRM)(
             keys=[keys.l1_epoch(agent_id), keys.l1_fence(agent_id)],
-            args=[unconfirmed, epoch, ttl_ms, "" if token is None else token],
+            args=[unconfirmed, epoch, "" if token is None else token],
         )
     if not done:
         raise MemoryContended(

@@ -234,8 +234,8 @@ class DualRecoveryStrategy:
                 replayed,
                 epoch=epoch,
             )
-        if fresh:
-            report = self._empty(agent_id, t0, reason, token=token)
+        if fresh:  # a memory a restore left unconfirmed is no one's: cleared
+            report = self._empty(agent_id, t0, reason, wipe=snap.unconfirmed, token=token)
             if self.replayer is None and not snap.memory and report.epoch == snap.epoch:
                 # read just now and empty: the first checkpoint's base, so it reads nothing
                 self.snapshotter.remember(snap)
@@ -260,7 +260,12 @@ class DualRecoveryStrategy:
             agent_id, analysis_id, agent_type, want.hash if want else None, token, held
         )
         if report is None:
-            empty = self._empty(agent_id, t0, reason, wipe=want is not None, token=token)
+            left = held.epoch if held is not None else None
+            unconfirmed = (left.decode() if isinstance(left, bytes) else left or "").startswith(
+                scripts.UNCONFIRMED
+            )
+            wipe = want is not None or unconfirmed
+            empty = self._empty(agent_id, t0, reason, wipe=wipe, token=token)
             if want is None:
                 return empty
             if want.hash == EMPTY_HASH:  # the checkpoint's memory was empty: rebuilt

@@ -182,7 +182,8 @@ class L1CacheRestorer:
         The newest is first offered unchecked, to be hashed by the restore that writes
         it while Redis does (``restore_loaded``); asked for more, its chain is folded
         again with its newest row checked, as any older chain is, so a row that does not
-        match cuts the chain there and the rows before it are offered next."""
+        match cuts the chain there and the rows before it are offered next (that first
+        offer is not counted among the ``PG_SNAPSHOTS_TRIED``)."""
         below, tried, tried_seq = 2**62, 0, None
         while tried < PG_SNAPSHOTS_TRIED:
             rows = self._pg_rows(analysis_id, agent_type, below)
@@ -193,9 +194,7 @@ class L1CacheRestorer:
                 fast, error = fold_chain(rows, check_newest=False)
                 if error is None and len(fast):
                     yield functools.partial(fast.loaded, -1, defer=True)
-                    tried, tried_seq = 1, fast.rows[-1].seq
-                    if tried >= PG_SNAPSHOTS_TRIED:
-                        return
+                    tried_seq = fast.rows[-1].seq  # tried: not offered again below
                 else:
                     chain = fast  # folded again, every row checked, where that pass failed
             if chain is None:

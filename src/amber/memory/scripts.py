@@ -345,16 +345,16 @@ CONFIRM = (
     """
 -- A restore's memory confirmed: its epoch, written unconfirmed, becomes its own.
 -- KEYS[1] the agent's epoch, KEYS[2] its fence
--- ARGV[1] the unconfirmed epoch, ARGV[2] the epoch, ARGV[3] its TTL in ms,
--- ARGV[4] the restoring run's token ('' unfenced)
+-- ARGV[1] the unconfirmed epoch, ARGV[2] the epoch, ARGV[3] the restoring run's token
+-- ('' unfenced). The epoch keeps the TTL the restore gave it, with the memory's keys.
 -- Returns 1, or 0 when the memory is no longer the one written (nothing changes).
 """
-    + _check_fence("KEYS[2]", "ARGV[4]")
+    + _check_fence("KEYS[2]", "ARGV[3]")
     + """
 local epoch = redis.call('GET', KEYS[1])
 if epoch == ARGV[2] then return 1 end  -- confirmed already (sent again)
 if epoch ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 return 1
 """
 )

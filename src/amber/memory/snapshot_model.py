@@ -15,6 +15,7 @@ import orjson
 from amber import codec
 from amber.codec import Entry, RedisType
 from amber.errors import ConsistencyError
+from amber.memory.scripts import UNCONFIRMED
 
 READ_ATTEMPTS = 50
 """Times a snapshot read may start over because other writes came in between."""
@@ -77,6 +78,12 @@ class Snapshot:
     def hash_in(self, fmt: int) -> str:
         """The memory hash in snapshot format ``fmt`` (1 for documents written before 2)."""
         return self.hash if fmt == codec.FORMAT_VERSION else codec.canonical_hash(self.canon, fmt)
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Whether a restore wrote this memory and never confirmed it (``apply.py``):
+        not a memory anyone may take as it is, snapshot or build on."""
+        return self.epoch is not None and self.epoch.startswith(UNCONFIRMED)
 
     @property
     def canonical(self) -> codec.Canonical:

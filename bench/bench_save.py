@@ -442,6 +442,7 @@ class FloorSide:
         self.op = redis_pg_floor(stack, commit_floor(stack))
 
     def step(self, changes: dict[str, Any]) -> None:
+        """Write the changed values to Redis in one round trip, then commit one row."""
         self.op([(k, orjson.dumps(v)) for k, v in changes.items()])
 
 
@@ -592,7 +593,7 @@ CPU_HEAD = (
 
 
 THROUGHPUT_HEAD = (
-    "processes", "amber", "rounds", "saves/s", "LG saves/s", "ratio", "p50 ms", "p99 ms",
+    "processes", "side", "rounds", "saves/s", "LG saves/s", "ratio", "p50 ms", "p99 ms",
     "LG p50", "LG p99", "goal", "met",
 )  # fmt: skip
 
@@ -647,6 +648,7 @@ def main() -> None:
     print("ratio: amber / LangGraph, each side timed in the same rounds. Latency: below 1.00x")
     print("amber is faster. Throughput: saves/s of all processes together (median of the")
     print("rounds), above 1.00x amber is faster; p50 / p99: one save's latency in those rounds.")
+    print(f"The '{FLOOR_REDIS}' rows give the floor's ratio to LangGraph the same way.")
     print("Goals (issue 25) are for durability=checkpoint; hybrid is shown for reference;")
     print(f"'{FLOOR_REDIS}' is the floor (Redis writes, one row committed) in the same rounds.")
     cpu = cpu_rows(results)
@@ -656,7 +658,7 @@ def main() -> None:
         print("CPU per save over the throughput rounds: the saving processes, the Redis server")
         print("and PostgreSQL (postmaster and backends). On a machine whose cores are all busy,")
         print(f"saves/s cannot pass cores / CPU per save ({os.cpu_count()} cores here): the")
-        print("ratio of the totals is the throughput ratio that floor allows.")
+        print("ratio of the totals is the throughput ratio that CPU ceiling allows.")
 
 
 if __name__ == "__main__":

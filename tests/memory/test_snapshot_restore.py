@@ -286,7 +286,7 @@ def test_a_restore_killed_before_its_snapshot_was_confirmed_is_never_taken_as_it
     # nor snapshotted, nor checkpointed, by anyone who did not recover it (unguarded too)
     with pytest.raises(MemoryLost, match="did not finish"):
         stack.snapshotter.store(stack.snapshotter.take(mem.agent_id, full=True))
-    with pytest.raises(MemoryLost, match="did not confirm"):
+    with pytest.raises(MemoryLost, match="did not finish"):
         stack.checkpointer.save_checkpoint(
             Writer(analysis, "AAPL", stack.memory(mem.agent_id)), None
         )

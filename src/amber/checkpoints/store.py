@@ -378,12 +378,18 @@ class AgentCheckpointer(CheckpointReads):
 
     @staticmethod
     def _check_memory(agent: Checkpointable, snap: Snapshot) -> None:
-        """Refuse a snapshot of a memory that lost data since the agent recovered it."""
+        """Refuse a snapshot of a memory that lost data since the agent recovered it, or
+        that a restore wrote and did not confirm (guarded or not): ``MemoryLost``."""
         mem = agent.l1_cache
-        lost = ""
         if snap.unconfirmed:
-            lost = f"a restore wrote it and did not confirm it (epoch {snap.epoch})"
-        elif mem.guarded and snap.epoch != mem.epoch:
+            raise MemoryLost(
+                f"working memory was written by a restore that did not finish, epoch"
+                f" {snap.epoch}; recover it first",
+                agent_id=agent.agent_id,
+                analysis_id=agent.analysis_id,
+            )
+        lost = ""
+        if mem.guarded and snap.epoch != mem.epoch:
             lost = f"its incarnation changed from {mem.epoch} to {snap.epoch}"
         elif snap.missing:
             lost = f"{len(snap.missing)} key(s) expired: {', '.join(snap.missing[:5])}"

@@ -115,8 +115,8 @@ def apply_canon(
     """:func:`apply_memory` of a memory in canonical form (a snapshot as stored), without
     building its entries first; ``CodecError`` if a value is malformed. ``held``: what
     the agent's index named when the caller read it (None: read here). ``during``: a
-    check of the memory run while Redis writes it; if it raises, the memory written is
-    replaced by an empty one and its error raised."""
+    check of the memory, run while Redis writes it under an unconfirmed epoch (see
+    :func:`_apply`)."""
     names = check_keys(list(canon))
     items = list(canon.values())  # in the order of ``names``
     types: list[str] = [c[0] for c in items]
@@ -147,11 +147,14 @@ def _apply(
     the new memory does not; the script is refused, and the index read again, when the
     memory was written since they were read (``RESTORE_TRIES`` times at most).
 
-    ``during`` (a check of the memory) runs once, while Redis runs the script
-    (:func:`_run`). The script then writes the memory under an unconfirmed epoch
-    (``scripts.UNCONFIRMED``), which no recovery takes as it is, made the memory's own
-    (``scripts.CONFIRM``) once the check passed and the reply checks out. If ``during``
-    raises, what the script wrote is replaced by an empty memory, then its error raised."""
+    ``during`` (a check of the memory) runs once, while Redis runs the script, or before
+    it is sent where no connection can be held for its reply (:func:`_run`). The script
+    then writes the memory under an unconfirmed epoch (``scripts.UNCONFIRMED``), which
+    nothing takes as it is, made the memory's own (``scripts.CONFIRM``) once the check
+    passed and the reply checks out; ``MemoryContended`` if the memory changed between.
+    If ``during`` raises once the script may have run, what it wrote is replaced by an
+    empty memory and ``during``'s error raised (an error of that replacing instead, the
+    memory left unconfirmed); if the script was refused or never ran, only the error."""
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     writing = set(names)
     base = keys.l1_base(agent_id)
@@ -246,13 +249,15 @@ def _run(
     during: Callable[[], object] | None,
 ) -> Any:
     """The script's reply. With ``during``, the script is sent on a connection held for
-    its reply (``engines/later.py``) and ``during`` runs while Redis runs it; where there
-    is none to hold (a cluster client), ``during`` runs first. A reply saying the script
-    did not run (not loaded yet, a server that refused it, as in a failover) sends it
-    again the ordinary way, under the client's retry policy. A failure of ``during``
-    after the send is ``_Unchecked``, saying whether the script may have written (its
-    reply read first, so the connection goes back ready); a fenced reply is raised as
-    it is, nothing having been written."""
+    its reply (``engines/later.py``) and ``during`` runs while Redis runs it; where no
+    connection could be held or the send failed (a cluster client has none to hold),
+    ``during`` runs first and its error comes out as it is, nothing sent. A reply saying
+    the script did not run (not loaded yet, a server that refused it, as in a failover)
+    sends it again the ordinary way, under the client's retry policy. An ``Exception``
+    of ``during`` after the send is ``_Unchecked``, saying whether the script may have
+    written; any other (an interrupt) is raised as it is. Either way the reply is read
+    first, so the connection goes back ready; a fenced reply is raised as it is,
+    nothing having been written."""
     pending = None
     if during is not None:
         pending = Pending.send(client, "EVALSHA", script.sha, len(keys_), *keys_, *args)

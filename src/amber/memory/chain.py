@@ -30,7 +30,8 @@ class Loaded:
     """The hash recorded when the snapshot was taken."""
     seq: int
     stored_hash: str | None = None
-    """The hash of the document as read back (None: compute it from ``memory``)."""
+    """The hash of the document as read back (None: computed when asked, see
+    :meth:`actual_hash`)."""
     epoch: str | None = None
     """The incarnation of the memory the snapshot was taken of."""
     fmt: int = codec.FORMAT_VERSION
@@ -123,7 +124,8 @@ class FoldedChain:
     def loaded(self, k: int, defer: bool = False) -> Loaded:
         """Row ``k``'s snapshot (0: the whole one; -1: the newest); ``CodecError`` when
         the memory it rebuilds does not hash to what the row recorded. With ``defer``, a
-        row folded unchecked comes back ``unchecked``: whoever uses it checks it."""
+        row folded unchecked in the current format comes back ``unchecked``: whoever
+        uses it checks it."""
         k %= len(self.rows)
         canon = self.canon
         if k < len(self.rows) - 1:
@@ -170,7 +172,8 @@ def chain_rows(
 def fold_chain(
     rows: list[tuple[Any, ...]], check_newest: bool = True
 ) -> tuple[FoldedChain, str | None]:
-    """The snapshots a chain of PostgreSQL rows holds, oldest first, each one verified.
+    """The snapshots a chain of PostgreSQL rows holds, oldest first, each one verified
+    (or, without ``check_newest``, left for whoever takes it to verify).
 
     ``rows`` (seq, blob, size, hash, l1 seq, epoch, base) start with a whole snapshot;
     each later row is a delta on the one before. The chain is first applied whole and

@@ -234,7 +234,7 @@ class DualRecoveryStrategy:
                 replayed,
                 epoch=epoch,
             )
-        if fresh:  # a memory a restore left unconfirmed is no one's: cleared
+        if fresh:  # a memory a restore left unconfirmed, read just now, is no one's: cleared
             report = self._empty(agent_id, t0, reason, wipe=snap.unconfirmed, token=token)
             if self.replayer is None and not snap.memory and report.epoch == snap.epoch:
                 # read just now and empty: the first checkpoint's base, so it reads nothing

@@ -233,10 +233,12 @@ class L1CacheRestorer:
         ``Fenced`` when a run with a higher token than ``token`` took the memory over.
 
         A snapshot whose keys were not hashed yet (``loaded.unchecked``) is hashed while
-        Redis writes it when the memory it replaces holds no keys (lost, or never
-        written): if it does not match, what was written is replaced by an empty memory
-        again before ``ConsistencyError``, and no one was handed it. Over a memory that
-        holds keys it is hashed first, so a snapshot that fails leaves them as they are."""
+        Redis writes it, under an unconfirmed epoch, when the memory it replaces holds no
+        keys (lost, or never written): if it does not match, what Redis wrote is replaced
+        by an empty memory before ``ConsistencyError`` (see ``apply._apply``: a cluster
+        client hashes first; a failed replacing leaves the memory unconfirmed), and no
+        one was handed it. Over a memory that holds keys it is hashed first, so a
+        snapshot that fails leaves them as they were."""
         t0 = time.perf_counter()
 
         def check() -> None:

@@ -180,7 +180,8 @@ class L1CacheSnapshotter:
         """Snapshot to the Redis secondary; with ``dual_write`` also into the checkpoint row.
 
         Returns the meta (``.hash`` is the snapshot's hash). With ``dual_write``,
-        raises ``CheckpointNotFound`` if no checkpoint has ``checkpoint_id``.
+        raises ``CheckpointNotFound`` if no checkpoint has ``checkpoint_id``;
+        ``MemoryLost`` for a memory a restore wrote and did not confirm (:meth:`store`).
         """
         snap = self.take(agent_id)
         return self.store(snap, checkpoint_id, dual_write)
@@ -237,11 +238,11 @@ class L1CacheSnapshotter:
     ) -> SnapshotMeta:
         """Write an already-taken snapshot to the secondary (and, whole, into the
         checkpoint row), and remember it as the agent's stored snapshot. ``MemoryLost``
-        for a memory a restore wrote and did not confirm: it is recovered first."""
+        for a memory a restore wrote and did not confirm: recover it first."""
         if snap.unconfirmed:
             raise MemoryLost(
-                f"working memory was written by a restore that did not finish (epoch"
-                f" {snap.epoch}); recover it first",
+                f"working memory was written by a restore that did not finish, epoch"
+                f" {snap.epoch}; recover it first",
                 agent_id=snap.agent_id,
             )
         meta = self.meta(snap, checkpoint_id)

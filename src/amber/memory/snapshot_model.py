@@ -82,7 +82,8 @@ class Snapshot:
     @property
     def unconfirmed(self) -> bool:
         """Whether a restore wrote this memory and never confirmed it (``apply.py``):
-        not a memory anyone may take as it is, snapshot or build on."""
+        ``l1_complete`` does not take it as it is, and a checkpoint or
+        ``L1CacheSnapshotter.store`` refuses it."""
         return self.epoch is not None and self.epoch.startswith(UNCONFIRMED)
 
     @property

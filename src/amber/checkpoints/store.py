@@ -381,13 +381,7 @@ class AgentCheckpointer(CheckpointReads):
         """Refuse a snapshot of a memory that lost data since the agent recovered it, or
         that a restore wrote and did not confirm (guarded or not): ``MemoryLost``."""
         mem = agent.l1_cache
-        if snap.unconfirmed:
-            raise MemoryLost(
-                f"working memory was written by a restore that did not finish, epoch"
-                f" {snap.epoch}; recover it first",
-                agent_id=agent.agent_id,
-                analysis_id=agent.analysis_id,
-            )
+        snap.refuse_unconfirmed(analysis_id=agent.analysis_id)
         lost = ""
         if mem.guarded and snap.epoch != mem.epoch:
             lost = f"its incarnation changed from {mem.epoch} to {snap.epoch}"

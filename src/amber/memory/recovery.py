@@ -102,7 +102,7 @@ def l1_complete(snap: Snapshot, reference: Loaded | MemoryMark | None) -> tuple[
     """
     if not snap.indexed:
         return False, "no L1"
-    if snap.epoch is not None and snap.epoch.startswith(scripts.UNCONFIRMED):
+    if snap.unconfirmed:
         return False, "L1 was written by a restore that was never confirmed"
     if snap.missing:
         return False, f"{len(snap.missing)} key(s) expired: {', '.join(snap.missing[:5])}"
@@ -260,11 +260,7 @@ class DualRecoveryStrategy:
             agent_id, analysis_id, agent_type, want.hash if want else None, token, held
         )
         if report is None:
-            left = held.epoch if held is not None else None
-            unconfirmed = (left.decode() if isinstance(left, bytes) else left or "").startswith(
-                scripts.UNCONFIRMED
-            )
-            wipe = want is not None or unconfirmed
+            wipe = want is not None or scripts.unconfirmed(held.epoch if held else None)
             empty = self._empty(agent_id, t0, reason, wipe=wipe, token=token)
             if want is None:
                 return empty

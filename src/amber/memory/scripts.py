@@ -341,6 +341,15 @@ UNCONFIRMED = "u"
 (hashed while Redis wrote it): such a memory is never taken as it is, and
 :data:`CONFIRM` gives it its own epoch (``r…``) once confirmed."""
 
+
+def unconfirmed(epoch: str | bytes | None) -> bool:
+    """Whether ``epoch`` (as Redis returns it, or decoded) is one a restore wrote and did
+    not confirm (:data:`UNCONFIRMED`)."""
+    if isinstance(epoch, bytes):
+        epoch = epoch.decode("utf-8", "replace")
+    return epoch is not None and epoch.startswith(UNCONFIRMED)
+
+
 CONFIRM = (
     """
 -- A restore's memory confirmed: its epoch, written unconfirmed, becomes its own.

@@ -17,7 +17,7 @@ import redis
 from psycopg_pool import ConnectionPool
 
 from amber import codec
-from amber.errors import CheckpointNotFound, MemoryLost
+from amber.errors import CheckpointNotFound
 from amber.keys import Keys, check_uuid
 from amber.memory import scripts
 from amber.memory.known import KnownWrites
@@ -239,12 +239,7 @@ class L1CacheSnapshotter:
         """Write an already-taken snapshot to the secondary (and, whole, into the
         checkpoint row), and remember it as the agent's stored snapshot. ``MemoryLost``
         for a memory a restore wrote and did not confirm: recover it first."""
-        if snap.unconfirmed:
-            raise MemoryLost(
-                f"working memory was written by a restore that did not finish, epoch"
-                f" {snap.epoch}; recover it first",
-                agent_id=snap.agent_id,
-            )
+        snap.refuse_unconfirmed()
         meta = self.meta(snap, checkpoint_id)
         self.write_cache(snap, meta)
         if dual_write:

@@ -14,8 +14,8 @@ import orjson
 
 from amber import codec
 from amber.codec import Entry, RedisType
-from amber.errors import ConsistencyError
-from amber.memory.scripts import UNCONFIRMED
+from amber.errors import ConsistencyError, MemoryLost
+from amber.memory import scripts
 
 READ_ATTEMPTS = 50
 """Times a snapshot read may start over because other writes came in between."""
@@ -83,8 +83,18 @@ class Snapshot:
     def unconfirmed(self) -> bool:
         """Whether a restore wrote this memory and never confirmed it (``apply.py``):
         ``l1_complete`` does not take it as it is, and a checkpoint or
-        ``L1CacheSnapshotter.store`` refuses it."""
-        return self.epoch is not None and self.epoch.startswith(UNCONFIRMED)
+        ``L1CacheSnapshotter.store`` refuses it (:meth:`refuse_unconfirmed`)."""
+        return scripts.unconfirmed(self.epoch)
+
+    def refuse_unconfirmed(self, **context: object) -> None:
+        """``MemoryLost`` (with ``context``) when :attr:`unconfirmed`: recover it first."""
+        if self.unconfirmed:
+            raise MemoryLost(
+                f"working memory was written by a restore that did not finish, epoch"
+                f" {self.epoch}; recover it first",
+                agent_id=self.agent_id,
+                **context,
+            )
 
     @property
     def canonical(self) -> codec.Canonical:

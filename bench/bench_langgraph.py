@@ -8,6 +8,9 @@ the channels, each put_writes a task's 2 writes of one channel's size. Both save
 the same values, on the same PostgreSQL, in the same run, interleaved round by round.
 get_tuple (the newest checkpoint) and list (the newest 10) run on threads with 10 and with
 10,000 checkpoints (1,000 with --quick): the older ones small, the newest 10 full size.
+Last, puts on a long thread (10 channels of about 1 KB, 2 changed per put, 1,000 (100
+with --quick) checkpoints), then get_tuple of that thread (issue 25's (f) and (g)), each
+beside its floor.
 
 Uses AMBER_REDIS_URL / AMBER_DATABASE_URL if set, else embedded servers in a temporary
 directory; creates its own database and key prefix and removes them afterwards.
@@ -212,6 +215,22 @@ def rows_floor(stack: Any) -> Callable[[int], None]:
     return put
 
 
+def read_floor(stack: Any, saver: Any, thread: Thread) -> Callable[[int], None]:
+    """An op asking PostgreSQL one question (``SELECT 1`` on ``stack``'s pool: one round
+    trip, nothing read) and then unpacking ``thread``'s channel values from ``saver``'s
+    serialized form: what any get_tuple costs at least that asks PostgreSQL which
+    checkpoint is the newest and hands back values of their own to the caller."""
+    typed = [saver.serde.dumps_typed(v) for v in thread.values.values()]
+
+    def read(i: int) -> None:
+        with stack.pg.connection() as conn:
+            conn.execute("SELECT 1")
+        for t in typed:
+            saver.serde.loads_typed(t)
+
+    return read
+
+
 def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]:
     """An op running amber's put statement alone (``lg_put``: the lock, the witness, the
     rows, the TTL, the commit), its parameters built beforehand from those of a real put
@@ -252,10 +271,12 @@ def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]
 
 
 def bench_long_puts(
-    amber: Any, lg: Any, floor: Callable[[int], None], length: int, n: int, rows: list[Row | str]
+    eng: Engines, amber: Any, lg: Any, length: int, n: int, rows: list[Row | str]
 ) -> None:
     """Puts at the end of a long thread: 10 channels of about 1 KB, 2 changed per put, on
-    a thread that already holds ``length`` checkpoints of the same kind."""
+    a thread that already holds ``length`` checkpoints of the same kind; then get_tuple
+    of that thread's newest checkpoint (issue 25's (f) and (g))."""
+    floor = rows_floor(eng.stack)
     rng = random.Random(4)
 
     def build(saver: Any) -> Thread:
@@ -290,6 +311,56 @@ def bench_long_puts(
     rows.append(Row("the same rows, plainly inserted (floor)", f, f.p50 / g.p50, "LG put"))
     rows.append(Row("amber's statement alone, built beforehand (floor)", st, st.p50 / g.p50,
                     "LG put"))  # fmt: skip
+    got = series({"amber": lambda i: ours.get(), "lg": lambda i: theirs.get(),
+                  "floor": read_floor(eng.stack, amber, ours)}, n, warmup=3,
+                 budget_s=30.0)  # fmt: skip
+    a, g, f = stats(got["amber"]), stats(got["lg"]), stats(got["floor"])
+    rows.append(f"get_tuple (newest) of that thread, now of {ours.step:,} checkpoints")
+    rows.append(Row("AmberSaver.get_tuple, the saver that wrote it", a, a.p50 / g.p50,
+                    "LG get_tuple", f"<= {GET_GOAL}x", a.p50 / g.p50 <= GET_GOAL))  # fmt: skip
+    rows.append(Row("PostgresSaver.get_tuple", g))
+    rows.append(Row("one round trip, then the values unpacked (floor)", f, f.p50 / g.p50,
+                    "LG get_tuple"))  # fmt: skip
+    path_rows(other_process_reads(eng, ours, theirs, n), rows)
+
+
+def other_process_reads(
+    eng: Engines, ours: Thread, theirs: Thread, n: int
+) -> dict[str, dict[str, Any]]:
+    """``ours``'s newest checkpoint read by a saver that holds no copy of it (as another
+    process would): from Redis's copy, and with that dropped too, from PostgreSQL alone;
+    ``theirs`` read in the same rounds. The stats of each path's two series."""
+    reader: dict[str, Thread] = {}
+    drop = eng.stack.keys.lg_heads(ours.thread_id)
+
+    def fresh(i: int, redis_too: bool) -> None:
+        reader["t"] = Thread(AmberSaver(eng.stack))
+        reader["t"].thread_id = ours.thread_id
+        if redis_too:
+            eng.stack.redis.delete(drop)
+
+    paths = {}
+    for path, redis_too in (("redis", False), ("postgresql", True)):
+        got = series(
+            {"amber": lambda i: reader["t"].get(), "lg": lambda i: theirs.get()},
+            max(5, n),
+            before=lambda i, r=redis_too: fresh(i, r),
+            warmup=3,
+            budget_s=30.0,
+        )
+        paths[path] = {k: stats(v) for k, v in got.items()}
+    return paths
+
+
+def path_rows(paths: dict[str, dict[str, Any]], rows: list[Row | str]) -> None:
+    """The rows of :func:`other_process_reads`' paths, the Redis copy's against the goal."""
+    for path, label in (("redis", "another process: Redis copy"),
+                        ("postgresql", "no copy anywhere: PostgreSQL")):  # fmt: skip
+        a, g = paths[path]["amber"], paths[path]["lg"]
+        goal = f"<= {GET_GOAL}x" if path == "redis" else ""
+        met = a.p50 / g.p50 <= GET_GOAL if path == "redis" else None
+        rows.append(Row(f"  AmberSaver.get_tuple, {label}", a, a.p50 / g.p50, "LG get_tuple",
+                        goal, met))  # fmt: skip
 
 
 def bench_reads(
@@ -319,28 +390,7 @@ def bench_reads(
         }
         out = series(ops, max(5, n // reads), warmup=3, budget_s=40.0)
         st.update({k: stats(v) for k, v in out.items()})
-    # the same newest checkpoint read by a process that holds no copy of it: from Redis's
-    # copy, and with that dropped too, from PostgreSQL alone
-    ours, theirs = threads[("amber", 10)], threads[("lg", 10)]
-    reader: dict[str, Thread] = {}
-    drop = eng.stack.keys.lg_heads(ours.thread_id)
-
-    def fresh(i: int, redis_too: bool) -> None:
-        reader["t"] = Thread(AmberSaver(eng.stack))
-        reader["t"].thread_id = ours.thread_id
-        if redis_too:
-            eng.stack.redis.delete(drop)
-
-    paths = {}
-    for path, redis_too in (("redis", False), ("postgresql", True)):
-        got = series(
-            {"amber": lambda i: reader["t"].get(), "lg": lambda i: theirs.get()},
-            max(5, n // reads),
-            before=lambda i, r=redis_too: fresh(i, r),
-            warmup=3,
-            budget_s=30.0,
-        )
-        paths[path] = {k: stats(v) for k, v in got.items()}
+    paths = other_process_reads(eng, threads[("amber", 10)], threads[("lg", 10)], n // reads)
     hist = f"{long:,} checkpoints"
     rows.append(f"get_tuple (newest), state {label} (histories built in {built:.0f} s)")
     for length in (10, long):
@@ -352,13 +402,7 @@ def bench_reads(
     a_flat = st[f"amber get {long}"].p50 / st["amber get 10"].p50
     rows.append(Row(f"  AmberSaver flatness: {hist} / 10", st[f"amber get {long}"], a_flat,
                     "amber 10 cps", f"<= {FLAT_GOAL}x", a_flat <= FLAT_GOAL))  # fmt: skip
-    for path, label_ in (("redis", "another process: Redis copy"),
-                         ("postgresql", "no copy anywhere: PostgreSQL")):  # fmt: skip
-        a, g = paths[path]["amber"], paths[path]["lg"]
-        goal = f"<= {GET_GOAL}x" if path == "redis" else ""
-        met = a.p50 / g.p50 <= GET_GOAL if path == "redis" else None
-        rows.append(Row(f"  AmberSaver.get_tuple, {label_}", a, a.p50 / g.p50, "LG get_tuple",
-                        goal, met))  # fmt: skip
+    path_rows(paths, rows)
     rows.append(f"list (newest 10), state {label}")
     for length in (10, long):
         a, g = st[f"amber list {length}"], st[f"lg list {length}"]
@@ -398,7 +442,7 @@ def main() -> None:
             for label, nbytes in sizes.items():
                 bench_writes(amber, lg, floor, label, nbytes, n, rows)
                 bench_reads(eng, amber, lg, label, nbytes, long, n, rows)
-            bench_long_puts(amber, lg, rows_floor(eng.stack), 100 if quick else 1_000, n, rows)
+            bench_long_puts(eng, amber, lg, 100 if quick else 1_000, n, rows)
             table(rows)
             print("ratio: p50 / p50 of the 'vs' row, timed in the same rounds (below 1: faster).")
             print("get_tuple rows: the process that wrote the thread reads its own copy of the")

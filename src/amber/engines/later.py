@@ -42,6 +42,12 @@ class Pending:
             return None
         return pending if sent else None
 
+    @staticmethod
+    def can_hold(client: redis.Redis) -> bool:
+        """Whether ``client`` has a pool to hold a connection from (a cluster client has
+        none): where it has not, :meth:`send` and :meth:`hold` return None."""
+        return getattr(client, "connection_pool", None) is not None
+
     @classmethod
     def hold(cls, client: redis.Redis) -> Pending | None:
         """A connection of ``client``'s, taken now for commands sent later

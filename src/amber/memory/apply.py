@@ -147,11 +147,14 @@ def _apply(
     the new memory does not; the script is refused, and the index read again, when the
     memory was written since they were read (``RESTORE_TRIES`` times at most).
 
-    ``during`` (a check of the memory) runs once, while Redis runs the script, or before
-    it is sent where no connection can be held for its reply (:func:`_run`). The script
+    ``during`` (a check of the memory) runs once, while Redis runs the script. The script
     then writes the memory under an unconfirmed epoch (``scripts.UNCONFIRMED``), which
     nothing takes as it is, made the memory's own (``scripts.CONFIRM``) once the check
     passed and the reply checks out; ``MemoryContended`` if the memory changed between.
+    Where no connection can be held for the reply (a cluster client), ``during`` runs
+    before the script is sent, and the memory is written as its own at once; where the
+    send on a held connection fails, it runs before the script is sent again
+    (:func:`_run`), which still writes the unconfirmed epoch.
     If ``during`` raises once the script may have run, what it wrote is replaced by an
     empty memory and ``during``'s error raised (an error of that replacing instead, the
     memory left unconfirmed); if the script was refused or never ran, only the error."""
@@ -169,6 +172,9 @@ def _apply(
 
     for attempt in range(RESTORE_TRIES):
         check = overlapped if during is not None and attempt == 0 else None
+        if check is not None and not Pending.can_hold(client):
+            check()  # nothing to overlap it with: checked first, then written as its own
+            check = None
         shown = scripts.UNCONFIRMED + epoch[1:] if check is not None else epoch
         with redis_errors(agent_id):
             if held is None:

@@ -153,7 +153,7 @@ class AgentCheckpointer(CheckpointReads):
         # the snapshot stays this store's own (never handed out), so the next save may
         # take over its maps: see L1CacheSnapshotter.advance
         stored = self.snapshotter.stored(agent.agent_id)
-        sendable = mem.redis is self.redis and hasattr(self.redis, "connection_pool")
+        sendable = mem.redis is self.redis and Pending.can_hold(self.redis)
         staged = Staged.take(mem, stored.snap if stored is not None else None, sendable)
         written = set(mem.written)
         snap = self._unchanged(agent, written, stored)  # None when anything is staged

@@ -115,8 +115,8 @@ def apply_canon(
     """:func:`apply_memory` of a memory in canonical form (a snapshot as stored), without
     building its entries first; ``CodecError`` if a value is malformed. ``held``: what
     the agent's index named when the caller read it (None: read here). ``during``: a
-    check of the memory, run while Redis writes it under an unconfirmed epoch (see
-    :func:`_apply`)."""
+    check of the memory, run while Redis writes it under an unconfirmed epoch, or on a
+    cluster client before it is written as its own (see :func:`_apply`)."""
     names = check_keys(list(canon))
     items = list(canon.values())  # in the order of ``names``
     types: list[str] = [c[0] for c in items]
@@ -152,9 +152,9 @@ def _apply(
     nothing takes as it is, made the memory's own (``scripts.CONFIRM``) once the check
     passed and the reply checks out; ``MemoryContended`` if the memory changed between.
     Where no connection can be held for the reply (a cluster client), ``during`` runs
-    before the script is sent, and the memory is written as its own at once; where the
-    send on a held connection fails, it runs before the script is sent again
-    (:func:`_run`), which still writes the unconfirmed epoch.
+    before the script is sent, and the memory is written as its own at once; where no
+    connection could be taken or the send failed, it runs before the script is sent the
+    ordinary way (:func:`_run`), which still writes the unconfirmed epoch.
     If ``during`` raises once the script may have run, what it wrote is replaced by an
     empty memory and ``during``'s error raised (an error of that replacing instead, the
     memory left unconfirmed); if the script was refused or never ran, only the error."""
@@ -256,14 +256,13 @@ def _run(
 ) -> Any:
     """The script's reply. With ``during``, the script is sent on a connection held for
     its reply (``engines/later.py``) and ``during`` runs while Redis runs it; where no
-    connection could be held or the send failed (a cluster client has none to hold),
-    ``during`` runs first and its error comes out as it is, nothing sent. A reply saying
-    the script did not run (not loaded yet, a server that refused it, as in a failover)
-    sends it again the ordinary way, under the client's retry policy. An ``Exception``
-    of ``during`` after the send is ``_Unchecked``, saying whether the script may have
-    written; any other (an interrupt) is raised as it is. Either way the reply is read
-    first, so the connection goes back ready; a fenced reply is raised as it is,
-    nothing having been written."""
+    connection could be held or the send failed, ``during`` runs first and its error
+    comes out as it is, nothing sent. A reply saying the script did not run (not loaded
+    yet, a server that refused it, as in a failover) sends it again the ordinary way,
+    under the client's retry policy. An ``Exception`` of ``during`` after the send is
+    ``_Unchecked``, saying whether the script may have written; any other (an
+    interrupt) is raised as it is. Either way the reply is read first, so the connection
+    goes back ready; a fenced reply is raised as it is, nothing having been written."""
     pending = None
     if during is not None:
         pending = Pending.send(client, "EVALSHA", script.sha, len(keys_), *keys_, *args)

@@ -335,7 +335,10 @@ def pg_setting(stack: Stack, name: str) -> str:
 def commit_floor(stack: Stack) -> Callable[[int], None]:
     """An op inserting one small row and committing it on ``stack``'s pool: the least any
     write durable in PostgreSQL costs (a table of its own in the bench's database)."""
-    with stack.pg.connection() as conn:
+    with stack.pg.connection() as conn, conn.transaction():
+        # CREATE TABLE IF NOT EXISTS is not safe against itself (UniqueViolation on the
+        # sequence): processes making the table at once take turns
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('bench_commit_floor'))")
         conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_floor (id BIGSERIAL PRIMARY KEY,"
                      " v BIGINT)")  # fmt: skip
 

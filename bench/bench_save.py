@@ -465,7 +465,6 @@ class Throughput:
 def throughput(eng: Engines, procs: int, seconds: float, rounds: int) -> Throughput:
     """``procs`` worker processes; each round runs every side for ``seconds``, the side
     that goes first rotating from round to round."""
-    commit_floor(eng.stack)  # its table made here: CREATE TABLE IF NOT EXISTS races itself
     ctx = mp.get_context("forkserver")
     pipes: list[Connection] = []
     workers = []

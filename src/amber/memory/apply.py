@@ -115,8 +115,9 @@ def apply_canon(
     """:func:`apply_memory` of a memory in canonical form (a snapshot as stored), without
     building its entries first; ``CodecError`` if a value is malformed. ``held``: what
     the agent's index named when the caller read it (None: read here). ``during``: a
-    check of the memory, run while Redis writes it under an unconfirmed epoch, or on a
-    cluster client before it is written as its own (see :func:`_apply`)."""
+    check of the memory, run while Redis writes it under an unconfirmed epoch, or, where
+    no connection can be held for the reply (a cluster client), before it is written as
+    its own (see :func:`_apply`)."""
     names = check_keys(list(canon))
     items = list(canon.values())  # in the order of ``names``
     types: list[str] = [c[0] for c in items]
@@ -151,18 +152,18 @@ def _apply(
     then writes the memory under an unconfirmed epoch (``scripts.UNCONFIRMED``), which
     nothing takes as it is, made the memory's own (``scripts.CONFIRM``) once the check
     passed and the reply checks out; ``MemoryContended`` if the memory changed between.
-    Where no connection can be held for the reply (a cluster client), ``during`` runs
-    before the script is sent, and the memory is written as its own at once; where no
-    connection could be taken or the send failed, it runs before the script is sent the
-    ordinary way (:func:`_run`), which still writes the unconfirmed epoch.
-    If ``during`` raises once the script may have run, what it wrote is replaced by an
-    empty memory and ``during``'s error raised (an error of that replacing instead, the
-    memory left unconfirmed); if the script was refused or never ran, only the error."""
+    Where no connection could be held for the reply (a cluster client has none) or the
+    send failed, ``during`` runs before the script is sent, and the memory is written as
+    its own at once (:func:`_run`). If ``during`` raises once the script may have run,
+    what it wrote is replaced by an empty memory and ``during``'s error raised (an error
+    of that replacing instead, the memory left unconfirmed); if the script was refused
+    or never ran, only the error."""
     index_key, seq_key = keys.l1_index(agent_id), keys.l1_seq(agent_id)
     writing = set(names)
     base = keys.l1_base(agent_id)
     payload = msgpack.packb(lists, use_bin_type=False)  # the types, values and own TTLs
     epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
+    unconfirmed = scripts.UNCONFIRMED + epoch[1:]
     script = client.register_script(scripts.RESTORE)
     sent: list[str] = []
 
@@ -170,25 +171,26 @@ def _apply(
         sent.append(hashlib.sha1(payload).hexdigest())
         during()  # type: ignore[misc]  # only passed when given
 
+    def call_args(at: str, read: Held) -> list[Any]:  # the script's ARGV, with epoch ``at``
+        return [payload, len(names), ttl_ms, seq, at, base, "" if token is None else token,
+                read.seq, read.epoch or ""]  # fmt: skip
+
     for attempt in range(RESTORE_TRIES):
         check = overlapped if during is not None and attempt == 0 else None
-        if check is not None and not Pending.can_hold(client):
-            check()  # nothing to overlap it with: checked first, then written as its own
-            check = None
-        shown = scripts.UNCONFIRMED + epoch[1:] if check is not None else epoch
         with redis_errors(agent_id):
             if held is None:
                 held = read_held(client, keys, agent_id)
             stale = set(held.names) - writing
-            call = (
-                [index_key, seq_key, keys.l1_epoch(agent_id), keys.l1_changes(agent_id),
-                 *[base + n for n in names], *[base + n for n in sorted(stale)],
-                 keys.l1_fence(agent_id)],
-                [payload, len(names), ttl_ms, seq, shown, base,
-                 "" if token is None else token, held.seq, held.epoch or ""],
-            )  # fmt: skip
+            keys_ = [index_key, seq_key, keys.l1_epoch(agent_id), keys.l1_changes(agent_id),
+                     *[base + n for n in names], *[base + n for n in sorted(stale)],
+                     keys.l1_fence(agent_id)]  # fmt: skip
+            args = call_args(epoch, held)
             try:
-                reply = _run(client, script, *call, check)
+                if check is None:
+                    reply, first = _run(client, script, keys_, args)
+                else:  # unconfirmed while the check runs, unless it had to run first
+                    during_args = call_args(unconfirmed, held)
+                    reply, first = _run(client, script, keys_, during_args, check, args)
             except _Unchecked as exc:
                 if exc.wrote:
                     apply_memory(client, keys, agent_id, {}, 0, ttl_ms, token)
@@ -206,8 +208,8 @@ def _apply(
                 agent_id=agent_id,
                 expected_keys=len(names),
             )
-        if shown != epoch:
-            _confirm(client, keys, agent_id, shown, epoch, token)
+        if check is not None and not first:
+            _confirm(client, keys, agent_id, unconfirmed, epoch, token)
         return epoch
     raise MemoryContended(
         f"working memory was written to while it was being restored, {RESTORE_TRIES} times:"
@@ -252,26 +254,29 @@ def _run(
     script: Script,
     keys_: list[Any],
     args: list[Any],
-    during: Callable[[], object] | None,
-) -> Any:
-    """The script's reply. With ``during``, the script is sent on a connection held for
-    its reply (``engines/later.py``) and ``during`` runs while Redis runs it; where no
-    connection could be held or the send failed, ``during`` runs first and its error
-    comes out as it is, nothing sent. A reply saying the script did not run (not loaded
-    yet, a server that refused it, as in a failover) sends it again the ordinary way,
-    under the client's retry policy. An ``Exception`` of ``during`` after the send is
-    ``_Unchecked``, saying whether the script may have written; any other (an
-    interrupt) is raised as it is. Either way the reply is read first, so the connection
-    goes back ready; a fenced reply is raised as it is, nothing having been written."""
-    pending = None
-    if during is not None:
-        pending = Pending.send(client, "EVALSHA", script.sha, len(keys_), *keys_, *args)
-        if pending is None:
-            during()
+    during: Callable[[], object] | None = None,
+    checked: list[Any] | None = None,
+) -> tuple[Any, bool]:
+    """The script's reply, and whether ``during`` ran before the script was sent. With
+    ``during``, the script is sent with ``args`` on a connection held for its reply
+    (``engines/later.py``) and ``during`` runs while Redis runs it; where no connection
+    could be held (a cluster client has none) or the send failed, ``during`` runs first,
+    its error coming out as it is with nothing sent, and the script is sent with
+    ``checked`` (the arguments of a memory already checked). A reply saying the script
+    did not run (not loaded yet, a server that refused it, as in a failover) sends it
+    again the ordinary way, under the client's retry policy. An ``Exception`` of
+    ``during`` after the send is ``_Unchecked``, saying whether the script may have
+    written; any other (an interrupt) is raised as it is. Either way the reply is read
+    first, so the connection goes back ready; a fenced reply is raised as it is,
+    nothing having been written."""
+    if during is None:
+        return script(keys=keys_, args=args), False
+    pending = Pending.send(client, "EVALSHA", script.sha, len(keys_), *keys_, *args)
     if pending is None:
-        return script(keys=keys_, args=args)
+        during()
+        return script(keys=keys_, args=args if checked is None else checked), True
     try:
-        during()  # type: ignore[misc]  # not None: pending was sent for it
+        during()
     except BaseException as exc:
         got = pending.replies()[0]
         if not isinstance(exc, Exception):
@@ -282,10 +287,10 @@ def _run(
         raise _Unchecked(exc, wrote=not refused) from None
     got = pending.replies()[0]
     if _not_run(got):  # the script did not run: sent again, under the retry policy
-        return script(keys=keys_, args=args)
+        return script(keys=keys_, args=args), False
     if isinstance(got, BaseException):
         raise redis.ConnectionError(str(got)) if isinstance(got, OSError) else got
-    return got
+    return got, False
 
 
 def _not_run(reply: object) -> bool:

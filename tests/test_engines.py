@@ -313,3 +313,53 @@ def test_a_server_idle_session_timeout_does_not_fail_the_next_call(engines: Engi
                 stack.analyses.get(uuid.uuid4())
             with stack.pg.connection() as conn:  # the one connection the call used
                 assert conn.info.backend_pid != before, "the server did not end the session"
+
+
+def test_a_pooled_connection_left_in_a_transaction_is_committed_or_rolled_back(
+    engines: Engines,
+) -> None:
+    """A block that ends with a transaction open commits it; one that raises rolls it
+    back; either way the connection goes back to the pool idle, as psycopg's pool gives
+    them back."""
+    prefix = f"{engines.prefix}-tx-{uuid.uuid4().hex[:6]}"
+    table = f"amber_test_tx_{uuid.uuid4().hex[:8]}"
+    with amber.connect(
+        engines.redis_url, engines.database_url, prefix=prefix, pg_pool_max=1
+    ) as stack:
+        with stack.pg.connection() as conn:
+            conn.execute(f"CREATE TABLE {table} (n int)")
+        try:
+            with stack.pg.connection() as conn:
+                conn.execute("BEGIN")
+                conn.execute(f"INSERT INTO {table} VALUES (1)")
+            with pytest.raises(ZeroDivisionError), stack.pg.connection() as conn:
+                conn.execute("BEGIN")
+                conn.execute(f"INSERT INTO {table} VALUES (2)")
+                _ = 1 / 0
+            with stack.pg.connection() as conn:
+                assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            with psycopg.connect(engines.database_url) as other:
+                assert other.execute(f"SELECT n FROM {table}").fetchall() == [(1,)]
+        finally:
+            with stack.pg.connection() as conn:
+                conn.execute(f"DROP TABLE {table}")
+
+
+def test_a_deferred_redis_command_that_cannot_be_packed_sends_nothing(
+    stack: amber.Stack,
+) -> None:
+    """``Pending.send_now`` with an argument Redis's protocol has no form for raises
+    ``redis.DataError`` as redis-py would, sends nothing, and gives the connection back."""
+    import redis
+
+    from amber.engines.later import Pending
+
+    pending = Pending.hold(stack.redis)
+    if pending is None:
+        pytest.skip("a cluster client holds no connection")
+    pool = stack.redis.connection_pool
+    with pytest.raises(redis.DataError):
+        pending.send_now([("SET", f"{stack.keys.prefix}:never", None)])
+    assert pending.done
+    assert stack.redis.exists(f"{stack.keys.prefix}:never") == 0
+    assert pending.conn in pool._available_connections

@@ -167,6 +167,9 @@ def _ended(conn: psycopg.Connection[Any]) -> bool:
     return pgconn.status != pq.ConnStatus.OK or wait_socket(pgconn.socket, timeout=0)
 
 
+_IDLE = pq.TransactionStatus.IDLE
+
+
 class AmberPool(ConnectionPool):
     """A psycopg pool whose connection failures surface as ``StoreUnavailable``, and
     which does not hand out a connection the server ended while it sat idle."""
@@ -216,10 +219,24 @@ class AmberPool(ConnectionPool):
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; a lost or unreachable server is ``StoreUnavailable``."""
+        """A pooled connection, its transaction committed when the block ends (rolled back
+        when it raises) and then given back, as psycopg's pool does; a lost or unreachable
+        server is ``StoreUnavailable``. A connection left idle (every autocommit one) has
+        nothing to end: it goes straight back, without the calls that would find so."""
         try:
-            with super().connection(timeout) as conn:
+            conn = self.getconn(timeout)
+            try:
                 yield conn
+            except BaseException:
+                if not conn.closed and conn.pgconn.transaction_status != _IDLE:
+                    with contextlib.suppress(Exception):  # as psycopg: the error is the news
+                        conn.rollback()
+                raise
+            else:
+                if not conn.closed and conn.pgconn.transaction_status != _IDLE:
+                    conn.commit()
+            finally:
+                self.putconn(conn)
         except PoolTimeout:
             raise StoreUnavailable(
                 "PostgreSQL: no connection could be had in time", url=self.safe_url

@@ -14,6 +14,18 @@ import os
 from typing import Any
 
 import redis
+from hiredis import pack_command
+
+
+def _pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
+    """``commands`` in Redis's protocol, as one write: packed by hiredis directly, where
+    redis-py's packer first copies each command's arguments in Python (and splits a
+    command name holding a space, which amber's never do). ``redis.DataError`` for an
+    argument that is not bytes, text or a number, as redis-py raises it."""
+    try:
+        return [b"".join([pack_command(command) for command in commands])]
+    except TypeError as exc:
+        raise redis.DataError(str(exc)) from None
 
 
 class Pending:
@@ -66,7 +78,7 @@ class Pending:
         connection given back, dropped) when it could not be sent. Commands that cannot
         be packed raise, with nothing sent and the connection given back. Once only."""
         try:
-            packed = self.conn.pack_commands(commands)  # type: ignore[no-untyped-call]
+            packed = _pack(commands)
         except BaseException:  # nothing sent: the connection goes back as it was
             self.release()
             raise

@@ -11,6 +11,7 @@ for PostgreSQL to answer one protocol message within ``timeout``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import socket
@@ -38,6 +39,8 @@ from amber.engines.overlap import wait_socket
 from amber.engines.retry import Policy, RetryingCluster, RetryingRedis
 from amber.errors import ConfigError, StoreUnavailable
 from amber.redis_url import parse_redis_url
+
+log = logging.getLogger("amber.engines")
 
 
 def redact(url: str) -> str:
@@ -229,8 +232,10 @@ class AmberPool(ConnectionPool):
                 yield conn
             except BaseException:
                 if not conn.closed and conn.pgconn.transaction_status != _IDLE:
-                    with contextlib.suppress(Exception):  # as psycopg: the error is the news
+                    try:
                         conn.rollback()
+                    except Exception as exc:  # as psycopg: the block's error is the news
+                        log.warning("rollback after an error failed: %s", exc)
                 raise
             else:
                 if not conn.closed and conn.pgconn.transaction_status != _IDLE:

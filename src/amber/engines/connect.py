@@ -11,7 +11,6 @@ for PostgreSQL to answer one protocol message within ``timeout``.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 import socket
@@ -39,8 +38,6 @@ from amber.engines.overlap import wait_socket
 from amber.engines.retry import Policy, RetryingCluster, RetryingRedis
 from amber.errors import ConfigError, StoreUnavailable
 from amber.redis_url import parse_redis_url
-
-log = logging.getLogger("amber.engines")
 
 
 def redact(url: str) -> str:
@@ -170,9 +167,6 @@ def _ended(conn: psycopg.Connection[Any]) -> bool:
     return pgconn.status != pq.ConnStatus.OK or wait_socket(pgconn.socket, timeout=0)
 
 
-_IDLE = pq.TransactionStatus.IDLE
-
-
 class AmberPool(ConnectionPool):
     """A psycopg pool whose connection failures surface as ``StoreUnavailable``, and
     which does not hand out a connection the server ended while it sat idle."""
@@ -222,26 +216,10 @@ class AmberPool(ConnectionPool):
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection, its transaction committed when the block ends (rolled back
-        when it raises) and then given back, as psycopg's pool does; a lost or unreachable
-        server is ``StoreUnavailable``. A connection left idle (every autocommit one) has
-        nothing to end: it goes straight back, without the calls that would find so."""
+        """A pooled connection; a lost or unreachable server is ``StoreUnavailable``."""
         try:
-            conn = self.getconn(timeout)
-            try:
+            with super().connection(timeout) as conn:
                 yield conn
-            except BaseException:
-                if not conn.closed and conn.pgconn.transaction_status != _IDLE:
-                    try:
-                        conn.rollback()
-                    except Exception as exc:  # as psycopg: the block's error is the news
-                        log.warning("rollback after an error failed: %s", exc)
-                raise
-            else:
-                if not conn.closed and conn.pgconn.transaction_status != _IDLE:
-                    conn.commit()
-            finally:
-                self.putconn(conn)
         except PoolTimeout:
             raise StoreUnavailable(
                 "PostgreSQL: no connection could be had in time", url=self.safe_url

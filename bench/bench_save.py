@@ -1,6 +1,9 @@
 """amber's save and restore against LangGraph's PostgresSaver, like for like (goals of issue 25).
 
-    PYTHONPATH=src .venv/bin/python bench/bench_save.py [--quick]
+    PYTHONPATH=src .venv/bin/python bench/bench_save.py [--quick] [--procs 8,32]
+
+``--procs`` runs only the throughput rounds, at those process counts (their CPU table
+too), where a change to the save is judged by (e) alone.
 
 One run, one PostgreSQL, one Redis. amber runs in the ``checkpoint`` durability mode
 (every checkpoint carries the working memory into PostgreSQL, so PostgreSQL alone can
@@ -598,9 +601,26 @@ THROUGHPUT_HEAD = (
 
 
 # -- main --------------------------------------------------------------------------------
+def procs_flag() -> tuple[int, ...] | None:
+    """``--procs 8,32``: only the throughput rounds, at these process counts."""
+    args = sys.argv[1:]
+    if "--procs" not in args:
+        return None
+    i = args.index("--procs")
+    try:
+        levels = tuple(int(n) for n in args[i + 1].split(","))
+    except (IndexError, ValueError):
+        sys.exit("--procs takes process counts separated by commas, e.g. --procs 8,32")
+    if not levels or min(levels) < 1:
+        sys.exit("--procs takes process counts of 1 or more")
+    return levels
+
+
 def main() -> None:
     quick = quick_flag()
+    only = procs_flag()
     levels, seconds, rounds = ((1, 4), 0.3, 2) if quick else ((1, 8, 32), 3.0, 3)
+    levels = only or levels
     with engines("bench-save") as eng, PostgresSaver.from_conn_string(eng.database_url) as saver:
         saver.setup()
         bench = Bench(eng, saver, quick)
@@ -625,7 +645,8 @@ def main() -> None:
                 " the block ends, then the save)",
                 "peer": "langgraph-checkpoint-postgres PostgresSaver.from_conn_string, "
                         "default serde, a fresh thread per case",
-                "iterations": "quick smoke run, sizes and counts cut" if quick else
+                "iterations": "the throughput rounds alone (--procs)" if only else
+                              "quick smoke run, sizes and counts cut" if quick else
                               "100 keys: 300 per side, 10,000 keys: 40 saves, 20 restores"
                               ", 10 first saves (fewer if the time budget runs out; see n)",
                 "processes": f"{', '.join(map(str, levels))}, each with 100 keys, 5 changed "
@@ -633,7 +654,8 @@ def main() -> None:
                              "first side rotating",
             },
         )  # fmt: skip
-        bench.run()
+        if only is None:
+            bench.run()
         results = []
         for procs in levels:
             need = procs * (len(MODES) + 1) + 10
@@ -642,7 +664,8 @@ def main() -> None:
                       "connections free]")  # fmt: skip
                 continue
             results.append(throughput(eng, procs, seconds, rounds))
-    print_table(LATENCY_HEAD, bench.rows(), right={2, 3, 4, 5, 6, 8, 9})
+    if only is None:
+        print_table(LATENCY_HEAD, bench.rows(), right={2, 3, 4, 5, 6, 8, 9})
     print_table(THROUGHPUT_HEAD, throughput_rows(results), right={2, 3, 4, 5, 6, 7, 8, 9})
     print("ratio: amber / LangGraph, each side timed in the same rounds. Latency: below 1.00x")
     print("amber is faster. Throughput: saves/s of all processes together (median of the")

@@ -14,11 +14,11 @@ from tests.conftest import Engines
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-def run_quick(script: str, engines: Engines) -> list[str]:
+def run_quick(script: str, engines: Engines, *args: str) -> list[str]:
     env = dict(os.environ, AMBER_REDIS_URL=engines.redis_url,
                AMBER_DATABASE_URL=engines.admin_url)  # fmt: skip
     proc = subprocess.run(
-        [sys.executable, str(BENCH / script), "--quick"],
+        [sys.executable, str(BENCH / script), "--quick", *args],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -55,6 +55,14 @@ def test_bench_save_quick(engines: Engines) -> None:
     saves = [line for line in lines if line.startswith("processes ")]
     assert saves and "LG saves/s" in saves[0], out[-3000:]
     assert any(line.startswith("1 process ") for line in lines), out[-3000:]
+
+
+def test_bench_save_throughput_alone(engines: Engines) -> None:
+    lines = run_quick("bench_save.py", engines, "--procs", "2")
+    out = "\n".join(lines)
+    assert not any(line.startswith("case ") for line in lines), out[-3000:]
+    assert any(line.startswith("2 processes ") for line in lines), out[-3000:]
+    assert not any(line.startswith("1 process ") for line in lines), out[-3000:]
 
 
 def test_bench_runtime_quick(engines: Engines) -> None:

@@ -278,6 +278,16 @@ def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]
     return put
 
 
+def analyze(eng: Engines) -> None:
+    """Fresh statistics on both sides' tables, as autovacuum would give them, so that no
+    read is timed on a plan made before its thread was written (or after, for one side
+    only, when autovacuum happened to come between)."""
+    with eng.stack.pg.connection() as conn:
+        for name in ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "lg_checkpoints",
+                     "lg_blobs", "lg_writes"):  # fmt: skip
+            conn.execute(f"ANALYZE {name}")
+
+
 def bench_long_puts(
     eng: Engines, amber: Any, lg: Any, length: int, n: int, rows: list[Row | str]
 ) -> None:
@@ -319,6 +329,7 @@ def bench_long_puts(
     rows.append(Row("the same rows, plainly inserted (floor)", f, f.p50 / g.p50, "LG put"))
     rows.append(Row("amber's statement alone, built beforehand (floor)", st, st.p50 / g.p50,
                     "LG put"))  # fmt: skip
+    analyze(eng)
     got = series({"amber": lambda i: ours.get(), "lg": lambda i: theirs.get(),
                   "floor": read_floor(eng.stack, amber, ours)}, n, warmup=3,
                  budget_s=30.0)  # fmt: skip
@@ -383,10 +394,7 @@ def bench_reads(
         for length in (10, long)
     }
     built = time.perf_counter() - t0
-    with eng.stack.pg.connection() as conn:  # fresh statistics, as autovacuum would give
-        for name in ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "lg_checkpoints",
-                     "lg_blobs", "lg_writes"):  # fmt: skip
-            conn.execute(f"ANALYZE {name}")
+    analyze(eng)
     reads = 20 if nbytes > 100_000 else 1
     st = {}
     for op in ("get", "list"):  # apart: a list's garbage would be collected during a get

@@ -332,6 +332,19 @@ def pg_setting(stack: Stack, name: str) -> str:
     return str(row[0]) if row else "?"
 
 
+LANGGRAPH_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+"""PostgresSaver's tables."""
+
+
+def analyze(stack: Stack, *tables: str) -> None:
+    """Fresh statistics on ``tables``, as autovacuum would give them, before reads are
+    timed: a plan made before a thread or an agent was written (or after, for one side
+    only, when autovacuum happened to come between) is not what either side runs."""
+    with stack.pg.connection() as conn:
+        for name in tables:
+            conn.execute(f"ANALYZE {name}")
+
+
 def commit_floor(stack: Stack) -> Callable[[int], None]:
     """An op inserting one small row and committing it on ``stack``'s pool: the least any
     write durable in PostgreSQL costs (a table of its own in the bench's database)."""

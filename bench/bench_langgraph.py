@@ -29,9 +29,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (
+    LANGGRAPH_TABLES,
     WORDS,
     Engines,
     Row,
+    analyze,
     commit_floor,
     engines,
     have_langgraph,
@@ -278,14 +280,8 @@ def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]
     return put
 
 
-def analyze(eng: Engines) -> None:
-    """Fresh statistics on both sides' tables, as autovacuum would give them, so that no
-    read is timed on a plan made before its thread was written (or after, for one side
-    only, when autovacuum happened to come between)."""
-    with eng.stack.pg.connection() as conn:
-        for name in ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "lg_checkpoints",
-                     "lg_blobs", "lg_writes"):  # fmt: skip
-            conn.execute(f"ANALYZE {name}")
+AMBER_TABLES = ("lg_checkpoints", "lg_blobs", "lg_writes")
+"""AmberSaver's tables."""
 
 
 def bench_long_puts(
@@ -329,7 +325,7 @@ def bench_long_puts(
     rows.append(Row("the same rows, plainly inserted (floor)", f, f.p50 / g.p50, "LG put"))
     rows.append(Row("amber's statement alone, built beforehand (floor)", st, st.p50 / g.p50,
                     "LG put"))  # fmt: skip
-    analyze(eng)
+    analyze(eng.stack, *LANGGRAPH_TABLES, *AMBER_TABLES)
     got = series({"amber": lambda i: ours.get(), "lg": lambda i: theirs.get(),
                   "floor": read_floor(eng.stack, amber, ours)}, n, warmup=3,
                  budget_s=30.0)  # fmt: skip
@@ -394,7 +390,7 @@ def bench_reads(
         for length in (10, long)
     }
     built = time.perf_counter() - t0
-    analyze(eng)
+    analyze(eng.stack, *LANGGRAPH_TABLES, *AMBER_TABLES)
     reads = 20 if nbytes > 100_000 else 1
     st = {}
     for op in ("get", "list"):  # apart: a list's garbage would be collected during a get

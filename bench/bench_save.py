@@ -54,10 +54,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (
+    LANGGRAPH_TABLES,
     BenchAgent,
     Engines,
     Payload,
     Stats,
+    analyze,
     commit_floor,
     cpu_seconds,
     delete_prefix,
@@ -317,6 +319,7 @@ class Bench:
 
         a = side.agent
         floor = restore_floor(target, a.analysis_id, a.agent_type)
+        analyze(target, *LANGGRAPH_TABLES, "agent_checkpoints", "analyses")
         out = series(
             {
                 "checkpoint": lambda i: amber_restore(target, side, keys),

@@ -35,6 +35,7 @@ directory; creates its own database and key prefixes and removes them afterwards
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import multiprocessing as mp
 import os
@@ -68,7 +69,6 @@ from _harness import (
     make_agent,
     pg_setting,
     print_table,
-    quick_flag,
     redis_pg_floor,
     restore_floor,
     series,
@@ -604,24 +604,25 @@ THROUGHPUT_HEAD = (
 
 
 # -- main --------------------------------------------------------------------------------
-def procs_flag() -> tuple[int, ...] | None:
-    """``--procs 8,32``: only the throughput rounds, at these process counts."""
-    args = sys.argv[1:]
-    if "--procs" not in args:
-        return None
-    i = args.index("--procs")
+def _counts(text: str) -> tuple[int, ...]:
+    """``8,32`` as process counts, each 1 or more."""
     try:
-        levels = tuple(int(n) for n in args[i + 1].split(","))
-    except (IndexError, ValueError):
-        sys.exit("--procs takes process counts separated by commas, e.g. --procs 8,32")
-    if not levels or min(levels) < 1:
-        sys.exit("--procs takes process counts of 1 or more")
+        levels = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("process counts separated by commas, e.g. 8,32") from None
+    if min(levels) < 1:
+        raise argparse.ArgumentTypeError("process counts of 1 or more")
     return levels
 
 
 def main() -> None:
-    quick = quick_flag()
-    only = procs_flag()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run, counts cut")
+    parser.add_argument(
+        "--procs", type=_counts, help="only the throughput rounds, at these process counts"
+    )
+    args = parser.parse_args()
+    quick, only = args.quick, args.procs
     levels, seconds, rounds = ((1, 4), 0.3, 2) if quick else ((1, 8, 32), 3.0, 3)
     levels = only or levels
     with engines("bench-save") as eng, PostgresSaver.from_conn_string(eng.database_url) as saver:

@@ -49,6 +49,13 @@ def test_postgres_outage_then_return(own: tuple[EmbeddedRedis, EmbeddedPostgres]
             stack.checkpointer.restore_checkpoint(
                 agent.analysis_id, "probe_agent", agent_id=agent.agent_id
             )
+        # the working memory's Redis secondary is still restored from (tried first, while
+        # PostgreSQL's chain is asked for): the call that reaches PostgreSQL says it is down
+        agent.l1_cache.clear()
+        report = stack.restorer.restore_from_snapshot(
+            agent.agent_id, agent.analysis_id, "probe_agent"
+        )
+        assert report is not None and report.source == "redis_secondary"
         # psycopg's pool retries a lost connection after 1, 2, 4, 8, 16 s...: an outage of
         # 17 s puts its next try 14 s after the server is back, unless amber bounds the
         # tries (PG_RECONNECT_SECONDS) so that the next call connects afresh

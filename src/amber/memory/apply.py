@@ -3,7 +3,6 @@ atomically, as a new incarnation, and checking what the script says it wrote."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Collection, Mapping
@@ -84,10 +83,11 @@ def apply_memory(
     incarnation; returns its epoch. With ``token`` (the restoring run's) the script is
     refused (``Fenced``) when a later run fenced the memory, else it sets the fence.
 
-    Written and verified in one pass: the script returns the SHA-1 of the payload it
+    Written and verified in one pass: the script returns the length of the payload it
     received and checks every collection it wrote (its type and members) and the index;
-    a payload that arrived other than sent, or a key that does not hold it, is
-    ``ConsistencyError``. A string is stored by ``SET`` or ``MSET`` exactly as received.
+    a payload that arrived shorter or longer than sent, or a key that does not hold it,
+    is ``ConsistencyError``. A string is stored by ``SET`` or ``MSET`` exactly as
+    received (the stream it came on is checked by its transport, as every command's is).
 
     Keys with an own TTL in the snapshot (``ttl_ms`` > 0) get it back, still marked as
     intended; the others get ``ttl_ms``. Stale keys are those the index lists. Keys an
@@ -165,10 +165,8 @@ def _apply(
     epoch = f"r{seq}:{uuid.uuid4().hex[:16]}"
     unconfirmed = scripts.UNCONFIRMED + epoch[1:]
     script = client.register_script(scripts.RESTORE)
-    sent: list[str] = []
 
     def overlapped() -> None:
-        sent.append(hashlib.sha1(payload).hexdigest())
         during()  # type: ignore[misc]  # only passed when given
 
     def call_args(at: str, read: Held) -> list[Any]:  # the script's ARGV, with epoch ``at``
@@ -199,9 +197,7 @@ def _apply(
         if int(written) == -1:  # written to since the index was read: read it again
             held = None
             continue
-        sent = sent or [hashlib.sha1(payload).hexdigest()]
-        received = received.decode() if isinstance(received, bytes) else str(received)
-        if int(written) != len(names) or received != sent[0] or bad:
+        if int(written) != len(names) or int(received) != len(payload) or bad:
             raise ConsistencyError(
                 f"restored L1 does not match its snapshot: {int(bad)} key(s) differ"
                 f" or the payload arrived changed",

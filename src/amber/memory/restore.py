@@ -16,6 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from amber import codec, observe
 from amber.codec import CodecError
+from amber.engines.later import Pending
 from amber.errors import (
     AmberError,
     ConsistencyError,
@@ -141,11 +142,38 @@ class L1CacheRestorer:
             pipe.hgetall(self.keys.l1_snapshot(agent_id))
             pipe.get(self.keys.l1_snapshot_meta(agent_id))
             fields, meta_raw = pipe.execute()
+        return self._secondary_of(cast(dict[bytes, bytes], fields), meta_raw)
+
+    def _send_secondary(self, agent_id: str) -> Pending | None:
+        """:meth:`load_secondary`'s read, sent now and its reply read later
+        (:meth:`_secondary_sent`), so a PostgreSQL round trip overlaps it; None where it
+        could not be sent (a cluster client, no connection)."""
+        k = self.keys
+        pending = Pending.hold(self.redis)
+        read = [("HGETALL", k.l1_snapshot(agent_id)), ("GET", k.l1_snapshot_meta(agent_id))]
+        if pending is None or not pending.send_now([("MULTI",), *read, ("EXEC",)]):
+            return None
+        return pending
+
+    def _secondary_sent(self, agent_id: str, pending: Pending) -> Loaded | None:
+        """The secondary as :meth:`_send_secondary` read it; read again the ordinary way
+        (its errors and retries as :meth:`load_secondary`'s) when that read did not
+        come back whole."""
+        got = pending.replies()[-1]
+        if isinstance(got, list) and len(got) == 2 and isinstance(got[0], list | dict):
+            fields, meta_raw = got
+            if isinstance(fields, list):  # HGETALL's reply unparsed: name, value, ...
+                fields = dict(zip(fields[::2], fields[1::2], strict=True))
+            if meta_raw is None or isinstance(meta_raw, bytes):
+                return self._secondary_of(fields, meta_raw)
+        return self.load_secondary(agent_id)
+
+    def _secondary_of(self, fields: dict[bytes, bytes], meta_raw: object) -> Loaded | None:
         if meta_raw is None:
             return None
         meta = SnapshotMeta.unseal(cast(bytes, meta_raw))
         canon: dict[str, Canon] = {}
-        for raw_name, raw_item in cast(dict[bytes, bytes], fields).items():
+        for raw_name, raw_item in fields.items():
             name = raw_name.decode("utf-8", "replace")
             try:
                 rtype, value, ttl = orjson.loads(raw_item)
@@ -175,7 +203,9 @@ class L1CacheRestorer:
         with self.pg.connection() as conn:
             return chain_rows(conn, aid, atype, below)
 
-    def _pg_candidates(self, analysis_id: object, agent_type: str) -> Iterator[Loader | str]:
+    def _pg_candidates(
+        self, analysis_id: object, agent_type: str, newest: list[tuple[Any, ...]] | None = None
+    ) -> Iterator[Loader | str]:
         """PostgreSQL's snapshots, newest sound one first, and why a newer one was not
         (a str); an older chain when the newest chain's whole snapshot is unreadable.
 
@@ -183,10 +213,14 @@ class L1CacheRestorer:
         it while Redis does (``restore_loaded``); asked for more, its chain is folded
         again with its newest row checked, as any older chain is, so a row that does not
         match cuts the chain there and the rows before it are offered next (that first
-        offer is not counted among the ``PG_SNAPSHOTS_TRIED``)."""
+        offer is not counted among the ``PG_SNAPSHOTS_TRIED``). ``newest``: the newest
+        chain's rows, read already."""
         below, tried, tried_seq = 2**62, 0, None
         while tried < PG_SNAPSHOTS_TRIED:
-            rows = self._pg_rows(analysis_id, agent_type, below)
+            if below == 2**62 and newest is not None:
+                rows = newest
+            else:
+                rows = self._pg_rows(analysis_id, agent_type, below)
             if not rows:
                 return
             chain, error = None, None
@@ -262,9 +296,32 @@ class L1CacheRestorer:
     def _candidates(
         self, agent_id: str, analysis_id: object, agent_type: str
     ) -> Iterator[tuple[str, Loader]]:
-        """(source, loader) pairs to try in order: the secondary, then PostgreSQL, newest first."""
-        yield "redis_secondary", lambda: self.load_secondary(agent_id)
-        for found in self._pg_candidates(analysis_id, agent_type):
+        """(source, loader) pairs to try in order: the secondary, then PostgreSQL, newest
+        first. The secondary is read while PostgreSQL's newest chain is (a restore from
+        PostgreSQL, Redis having lost the agent, pays one round trip for both); when
+        PostgreSQL cannot be reached, the secondary is still tried first. A client with
+        no connection to hold (a cluster client) reads the secondary first and
+        PostgreSQL only if it must."""
+        pending = self._send_secondary(agent_id)
+        newest: list[tuple[Any, ...]] | StoreUnavailable | None = None
+        if pending is None:  # nothing to overlap: PostgreSQL only if the secondary fails
+            yield "redis_secondary", lambda: self.load_secondary(agent_id)
+        else:
+            try:
+                newest = self._pg_rows(analysis_id, agent_type, 2**62)
+            except StoreUnavailable as exc:
+                newest = exc
+            except BaseException:
+                pending.drop()
+                raise
+            try:
+                yield "redis_secondary", lambda: self._secondary_sent(agent_id, pending)
+            finally:  # given up unread (the caller stopped): the connection goes back
+                if not pending.done:
+                    pending.drop()
+        if isinstance(newest, StoreUnavailable):
+            raise newest
+        for found in self._pg_candidates(analysis_id, agent_type, newest):
             yield "postgresql_checkpoint", _loader(found)
 
     def restore_from_snapshot(

@@ -247,7 +247,7 @@ RESTORE = f"""
 -- ARGV[6] the prefix of KEYS[5 .. n+4] (each is it and the key's name); ARGV[7] the
 -- restoring run's token ('' unfenced): refused below the fence, else it becomes the
 -- fence; ARGV[8], ARGV[9] the sequence and epoch the stale keys were read at
--- Returns {{n, SHA-1 of ARGV[1] as received, how many keys (or the index) do not hold
+-- Returns {{n, the length of ARGV[1] as received, how many keys (or the index) do not hold
 -- what ARGV[1] says}}, or {{-1, '', 0}} (nothing changed) when the memory was written
 -- since the stale keys were read: a key written meanwhile would be left behind.
 local data = cmsgpack.unpack(ARGV[1])
@@ -333,7 +333,7 @@ for i = 1, n do
   end
 end
 if redis.call('HLEN', KEYS[1]) ~= n then bad = bad + 1 end
-return {{n, redis.sha1hex(ARGV[1]), bad}}
+return {{n, #ARGV[1], bad}}
 """
 
 UNCONFIRMED = "u"

@@ -8,6 +8,7 @@ and the memory is recovered from that checkpoint, which holds them.
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -459,6 +460,31 @@ def test_commands_that_cannot_be_packed_send_nothing_and_give_the_connection_bac
         pending.send_now([("SET", "k", object())])
     assert pending.done and pending.count == 0
     assert Pending.send(stack.redis, "SET", "k", object()) is None  # the caller's call says why
+
+
+@OVERLAPPED
+def test_commands_sent_behind_others_are_read_in_the_same_wait(
+    stack: amber.Stack, uid: Callable[[str], str]
+) -> None:
+    """``send_more`` puts commands behind those sent, before any reply is read: every
+    reply comes back in order. A send on a lost connection drops it, and every reply due
+    is the error that lost it; nothing can be sent once the replies were read."""
+    key = stack.keys.prefix + ":" + uid("more")
+    pending = Pending.hold(stack.redis)
+    assert pending is not None
+    assert pending.send_now([("SET", key, b"1")])
+    assert pending.send_more([("INCR", key), ("GET", key)])
+    assert pending.replies() == [b"OK", 2, b"2"]
+    assert not pending.send_more([("INCR", key)])  # read already: nothing more goes out
+    lost = Pending.hold(stack.redis)
+    assert lost is not None and lost.send_now([("GET", key)])
+    lost.conn._sock.shutdown(socket.SHUT_RDWR)  # type: ignore[attr-defined]
+    lost.conn._sock.close()  # type: ignore[attr-defined]
+    assert not lost.send_more([("INCR", key)])
+    got = lost.replies()
+    assert len(got) == 2 and all(isinstance(r, redis.ConnectionError) for r in got)
+    assert stack.redis.get(key) == b"2"  # the pool serves on
+    stack.redis.delete(key)
 
 
 @OVERLAPPED

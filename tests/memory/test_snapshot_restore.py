@@ -363,8 +363,8 @@ def test_verifier_catches_partial_restore(stack: amber.Stack, mem: AgentMemory) 
             "redis.call(writers[kind], key, unpack(values, 1, 2))",
         ),
         (
-            "return {n, #ARGV[1], bad}",
-            "return {n, #ARGV[1] - 1, bad}",
+            "#ARGV[1]",  # what arrived, as the script sees it: in its check and its reply
+            "(#ARGV[1] - 1)",
         ),
     ],
     ids=["a collection written short", "the payload cut short"],
@@ -375,13 +375,61 @@ def test_a_restore_is_verified_by_the_script_that_writes_it(
     """The restore writes and verifies in one pass: Redis confirms the payload it got and
     every collection's members; a script that stored anything else is caught (read
     back, nothing else would tell). A string is stored by SET or MSET as it arrived."""
-    from amber.memory import scripts
+    from amber.memory import apply, scripts
 
     snap = read_memory(stack.redis, stack.keys, mem.agent_id)
-    assert fault in scripts.RESTORE
-    monkeypatch.setattr(scripts, "RESTORE", scripts.RESTORE.replace(fault, where))
+    sound = scripts.RESTORE
+    assert fault in sound
+    monkeypatch.setattr(scripts, "RESTORE", sound.replace(fault, where))
     with pytest.raises(ConsistencyError, match="does not match its snapshot"):
         apply_memory(stack.redis, stack.keys, mem.agent_id, snap.memory, snap.seq, 60_000)
+    # what it left is under an epoch nothing takes as it is
+    assert scripts.unconfirmed(read_memory(stack.redis, stack.keys, mem.agent_id).epoch)
+    # over a lost memory, hashed while Redis writes it: the confirmation sent behind the
+    # script (the hash having passed) does not confirm what the script found wrong
+    monkeypatch.setattr(scripts, "RESTORE", sound)
+    apply_memory(stack.redis, stack.keys, mem.agent_id, {}, 0, 60_000)
+    monkeypatch.setattr(scripts, "RESTORE", sound.replace(fault, where))
+    held = apply.read_held(stack.redis, stack.keys, mem.agent_id)
+    with pytest.raises(ConsistencyError, match="does not match its snapshot"):
+        apply.apply_canon(
+            stack.redis, stack.keys, mem.agent_id, snap.canon, snap.seq, 60_000,
+            held=held, during=lambda: None,
+        )  # fmt: skip
+    left = read_memory(stack.redis, stack.keys, mem.agent_id)
+    assert left.memory and scripts.unconfirmed(left.epoch)
+
+
+def test_a_restore_over_a_lost_memory_is_confirmed_in_the_scripts_round_trip(
+    stack: amber.Stack, mem: AgentMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the hash has passed, the confirmation goes out behind the restore's script on
+    the same connection: one wait reads both replies, and nothing is sent after. Where
+    no connection can be held (a cluster client) the memory is hashed first and written
+    as its own, with nothing to confirm."""
+    from amber.memory import apply
+
+    snap = read_memory(stack.redis, stack.keys, mem.agent_id)
+    apply_memory(stack.redis, stack.keys, mem.agent_id, {}, 0, 60_000)  # as if Redis lost it
+    held = apply.read_held(stack.redis, stack.keys, mem.agent_id)
+    after_script: list[tuple[Any, ...]] = []
+    more = apply.Pending.send_more
+    monkeypatch.setattr(
+        apply.Pending, "send_more", lambda self, c: after_script.extend(c) or more(self, c)
+    )
+    sent_alone: list[str] = []
+    confirm = apply._confirm
+    monkeypatch.setattr(apply, "_confirm", lambda *a: sent_alone.append(repr(a[-1])) or confirm(*a))
+    epoch = apply.apply_canon(
+        stack.redis, stack.keys, mem.agent_id, snap.canon, snap.seq, 60_000,
+        held=held, during=lambda: None,
+    )  # fmt: skip
+    after = read_memory(stack.redis, stack.keys, mem.agent_id)
+    assert after.epoch == epoch and epoch.startswith("r") and after.hash == snap.hash
+    if on_cluster():
+        assert not after_script and not sent_alone
+    else:  # sent behind the script, its reply (1) handed over: nothing sent on its own
+        assert [c[1] for c in after_script] == [apply.CONFIRM_SHA] and sent_alone == ["1"]
 
 
 def test_restore_of_large_memory(stack: amber.Stack, agent_id: str) -> None:

@@ -90,6 +90,25 @@ class Pending:
             return False
         return True
 
+    def send_more(self, commands: list[tuple[Any, ...]]) -> bool:
+        """``commands`` on the held connection too, behind those sent and before any reply
+        is read, so one wait reads every reply. False when they could not be sent: the
+        connection is then dropped, and every reply due is the error that lost it.
+        Commands that cannot be packed raise, with nothing more sent."""
+        if self.done:
+            return False
+        packed = _pack(commands)
+        self.count += len(commands)
+        try:
+            self.conn.send_packed_command(packed)  # type: ignore[no-untyped-call]
+        except (redis.RedisError, OSError) as exc:
+            lost = redis.ConnectionError(f"the connection was lost while sending: {exc}")
+            due = self.count
+            self.drop()
+            self._got = [lost] * due
+            return False
+        return True
+
     def release(self) -> None:
         """Give the connection back with nothing sent on it."""
         if not self.done:

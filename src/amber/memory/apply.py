@@ -16,7 +16,7 @@ from redis.commands.core import Script
 from amber import codec
 from amber.codec import CodecError, Entry
 from amber.engines.later import Pending
-from amber.engines.retry import not_run
+from amber.engines.retry import not_run, sha1
 from amber.errors import ConsistencyError, InvalidIdentifier, MemoryContended
 from amber.keys import Keys, check_key, check_keys
 from amber.memory import scripts
@@ -41,6 +41,12 @@ class Held:
 
 RESTORE_TRIES = 3
 """Restores tried while another writer keeps changing the memory, before giving up."""
+
+CONFIRM_SHA = sha1(scripts.CONFIRM)
+"""``scripts.CONFIRM``'s SHA-1, for sending it behind the restore's script."""
+
+_LOST = (redis.ConnectionError, redis.TimeoutError, OSError)
+"""A reply standing for a lost connection."""
 
 
 Flat = bytes | str | list[bytes | str]
@@ -171,7 +177,12 @@ def _apply(
 
     def call_args(at: str, read: Held) -> list[Any]:  # the script's ARGV, with epoch ``at``
         return [payload, len(names), ttl_ms, seq, at, base, "" if token is None else token,
-                read.seq, read.epoch or ""]  # fmt: skip
+                read.seq, read.epoch or "", len(payload)]  # fmt: skip
+
+    fence = "" if token is None else token
+    confirming = ("EVALSHA", CONFIRM_SHA, 2, keys.l1_epoch(agent_id), keys.l1_fence(agent_id),
+                  unconfirmed, epoch, fence)  # fmt: skip
+    confirmed: Any = None
 
     for attempt in range(RESTORE_TRIES):
         check = overlapped if during is not None and attempt == 0 else None
@@ -185,10 +196,12 @@ def _apply(
             args = call_args(epoch, held)
             try:
                 if check is None:
-                    reply, first = _run(client, script, keys_, args)
+                    reply, first = script(keys=keys_, args=args), False
                 else:  # unconfirmed while the check runs, unless it had to run first
                     during_args = call_args(unconfirmed, held)
-                    reply, first = _run(client, script, keys_, during_args, check, args)
+                    reply, first, confirmed = _run_checked(
+                        client, script, keys_, during_args, check, args, confirming
+                    )
             except _Unchecked as exc:
                 if exc.wrote:
                     apply_memory(client, keys, agent_id, {}, 0, ttl_ms, token)
@@ -205,7 +218,7 @@ def _apply(
                 expected_keys=len(names),
             )
         if check is not None and not first:
-            _confirm(client, keys, agent_id, unconfirmed, epoch, token)
+            _confirm(client, keys, agent_id, unconfirmed, epoch, token, confirmed)
         return epoch
     raise MemoryContended(
         f"working memory was written to while it was being restored, {RESTORE_TRIES} times:"
@@ -221,14 +234,21 @@ def _confirm(
     unconfirmed: str,
     epoch: str,
     token: int | None,
+    reply: Any = None,
 ) -> None:
-    """Make a restored memory's unconfirmed epoch its own (``scripts.CONFIRM``)."""
+    """Make a restored memory's unconfirmed epoch its own (``scripts.CONFIRM``).
+    ``reply``: the script's reply where it went out behind the restore's (None: it did
+    not, or did not run, or its connection was lost: it is sent here, and a memory it
+    confirmed already is confirmed again)."""
     with redis_errors(agent_id):
-        done = client.register_script(scripts.CONFIRM)(
-            keys=[keys.l1_epoch(agent_id), keys.l1_fence(agent_id)],
-            args=[unconfirmed, epoch, "" if token is None else token],
-        )
-    if not done:
+        if reply is None or _not_run(reply) or isinstance(reply, _LOST):
+            reply = client.register_script(scripts.CONFIRM)(
+                keys=[keys.l1_epoch(agent_id), keys.l1_fence(agent_id)],
+                args=[unconfirmed, epoch, "" if token is None else token],
+            )
+        elif isinstance(reply, BaseException):  # refused (fenced): raised as amber's
+            raise reply
+    if not reply:
         raise MemoryContended(
             "working memory was replaced while its restore was being confirmed: another"
             " writer is using it (fence it off with a run's token first)",
@@ -245,32 +265,35 @@ class _Unchecked(Exception):
         self.wrote = wrote
 
 
-def _run(
+def _run_checked(
     client: redis.Redis,
     script: Script,
     keys_: list[Any],
     args: list[Any],
-    during: Callable[[], object] | None = None,
-    checked: list[Any] | None = None,
-) -> tuple[Any, bool]:
-    """The script's reply, and whether ``during`` ran before the script was sent. With
-    ``during``, the script is sent with ``args`` on a connection held for its reply
-    (``engines/later.py``) and ``during`` runs while Redis runs it; where no connection
-    could be held (a cluster client has none) or the send failed, ``during`` runs first,
-    its error coming out as it is with nothing sent, and the script is sent with
-    ``checked`` (the arguments of a memory already checked). A reply saying the script
-    did not run (not loaded yet, a server that refused it, as in a failover) sends it
-    again the ordinary way, under the client's retry policy. An ``Exception`` of
-    ``during`` after the send is ``_Unchecked``, saying whether the script may have
-    written; any other (an interrupt) is raised as it is. Either way the reply is read
-    first, so the connection goes back ready; a fenced reply is raised as it is,
-    nothing having been written."""
-    if during is None:
-        return script(keys=keys_, args=args), False
+    during: Callable[[], object],
+    checked: list[Any],
+    then: tuple[Any, ...],
+) -> tuple[Any, bool, Any]:
+    """The script's reply, whether ``during`` ran before the script was sent, and the
+    reply of ``then`` where it was sent behind the script (None where it was not).
+
+    The script is sent with ``args`` on a connection held for its reply
+    (``engines/later.py``) and ``during`` runs while Redis runs it; once ``during`` has
+    passed, ``then`` (the confirmation) goes out on the same connection before the
+    script's reply is read, so one wait reads both. Where no connection could be held (a
+    cluster client has none) or the send failed, ``during`` runs first, its error coming
+    out as it is with nothing sent, and the script is sent with ``checked`` (the
+    arguments of a memory already checked). A reply saying the script did not run (not
+    loaded yet, a server that refused it, as in a failover) sends it again the ordinary
+    way, under the client's retry policy, and ``then``'s reply is not used. An
+    ``Exception`` of ``during`` after the send is ``_Unchecked``, saying whether the
+    script may have written; any other (an interrupt) is raised as it is, and ``then`` is
+    not sent. Either way the reply is read first, so the connection goes back ready; a
+    fenced reply is raised as it is, nothing having been written."""
     pending = Pending.send(client, "EVALSHA", script.sha, len(keys_), *keys_, *args)
     if pending is None:
         during()
-        return script(keys=keys_, args=args if checked is None else checked), True
+        return script(keys=keys_, args=checked), True, None
     try:
         during()
     except BaseException as exc:
@@ -281,12 +304,13 @@ def _run(
             raise got from None
         refused = _not_run(got) or (isinstance(got, list) and int(got[0]) == -1)
         raise _Unchecked(exc, wrote=not refused) from None
-    got = pending.replies()[0]
+    sent = pending.send_more([then])
+    got, *after = pending.replies()
     if _not_run(got):  # the script did not run: sent again, under the retry policy
-        return script(keys=keys_, args=args), False
+        return script(keys=keys_, args=args), False, None
     if isinstance(got, BaseException):
         raise redis.ConnectionError(str(got)) if isinstance(got, OSError) else got
-    return got, False
+    return got, False, after[0] if sent and after else None
 
 
 def _not_run(reply: object) -> bool:

@@ -235,6 +235,12 @@ return cmsgpack.pack(out)
 """
 )
 
+UNCONFIRMED = "u"
+"""First letter of the epoch a restore writes before the snapshot it writes is confirmed
+(hashed while Redis wrote it): such a memory is never taken as it is, and
+:data:`CONFIRM` gives it its own epoch (``r…``) once confirmed."""
+
+
 RESTORE = f"""
 -- Replace an agent's whole L1 with a snapshot, atomically, as a new epoch.
 -- KEYS[1] index, KEYS[2] sequence, KEYS[3] epoch, KEYS[4] changes (emptied: a snapshot
@@ -246,10 +252,12 @@ RESTORE = f"""
 -- ARGV[2] n; ARGV[3] TTL in ms; ARGV[4] sequence; ARGV[5] the new epoch;
 -- ARGV[6] the prefix of KEYS[5 .. n+4] (each is it and the key's name); ARGV[7] the
 -- restoring run's token ('' unfenced): refused below the fence, else it becomes the
--- fence; ARGV[8], ARGV[9] the sequence and epoch the stale keys were read at
+-- fence; ARGV[8], ARGV[9] the sequence and epoch the stale keys were read at; ARGV[10]
+-- the length of ARGV[1] as sent
 -- Returns {{n, the length of ARGV[1] as received, how many keys (or the index) do not hold
 -- what ARGV[1] says}}, or {{-1, '', 0}} (nothing changed) when the memory was written
--- since the stale keys were read: a key written meanwhile would be left behind.
+-- since the stale keys were read: a key written meanwhile would be left behind. A memory
+-- that does not check out is left under an epoch no one takes or confirms.
 local data = cmsgpack.unpack(ARGV[1])
 local kinds, vals, owns = data[1], data[2], data[3]
 local n = tonumber(ARGV[2])
@@ -333,13 +341,11 @@ for i = 1, n do
   end
 end
 if redis.call('HLEN', KEYS[1]) ~= n then bad = bad + 1 end
+if bad > 0 or #ARGV[1] ~= tonumber(ARGV[10]) then
+  redis.call('SET', KEYS[3], '{UNCONFIRMED}x' .. ARGV[5], 'PX', ttl)
+end
 return {{n, #ARGV[1], bad}}
 """
-
-UNCONFIRMED = "u"
-"""First letter of the epoch a restore writes before the snapshot it writes is confirmed
-(hashed while Redis wrote it): such a memory is never taken as it is, and
-:data:`CONFIRM` gives it its own epoch (``r…``) once confirmed."""
 
 
 def unconfirmed(epoch: str | bytes | None) -> bool:

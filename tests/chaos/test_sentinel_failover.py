@@ -45,6 +45,7 @@ def test_primary_killed_mid_workload_the_replica_takes_over(engines: Engines) ->
                 f"\nsentinel failover: killed primary :{old} at +1.0s, :{new} promoted"
                 f" {promoted_after:.2f}s later; {retried} command retries,"
                 f" {len(work.failures)} failed operations seen by the workload,"
+                f" {sum(work.again.values())} steps in flight run again,"
                 f" window {window:.2f}s"
             )
             assert stack.redis.connection_pool.get_master_address()[1] == new  # type: ignore[attr-defined]

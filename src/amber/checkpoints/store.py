@@ -39,6 +39,7 @@ from amber.errors import (
 )
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory import scripts
+from amber.memory.apply import disown
 from amber.memory.batch import Staged
 from amber.memory.journal import L1Journal
 from amber.memory.known import batch_sets
@@ -271,6 +272,16 @@ class AgentCheckpointer(CheckpointReads):
         mem = agent.l1_cache
         known = mem.take_known()
         try:
+            stored = self.snapshotter.stored(agent.agent_id)
+            lost = known.lost_since(stored.snap if stored is not None else None)
+            if lost and known.seen is not None:  # the last save's memory is no longer Redis's
+                self.snapshotter.forget(agent.agent_id)
+                disown(mem.redis, mem.keys, agent.agent_id, known.seen[0], mem.token)
+                raise MemoryLost(
+                    f"working memory lost writes Redis had acknowledged ({lost}); recover it first",
+                    agent_id=agent.agent_id,
+                    analysis_id=agent.analysis_id,
+                )
             if staged is not None:  # Redis applies them at the next sequence: Staged.take
                 known.note(staged.seq, staged.epoch.encode(), batch_sets(staged.ops))
             snap = self.snapshotter.advance(agent.agent_id, hint=written, known=known)

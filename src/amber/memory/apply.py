@@ -242,10 +242,7 @@ def _confirm(
     confirmed already is confirmed again)."""
     with redis_errors(agent_id):
         if reply is None or _not_run(reply) or isinstance(reply, _LOST):
-            reply = client.register_script(scripts.CONFIRM)(
-                keys=[keys.l1_epoch(agent_id), keys.l1_fence(agent_id)],
-                args=[unconfirmed, epoch, "" if token is None else token],
-            )
+            reply = _swap_epoch(client, keys, agent_id, unconfirmed, epoch, token)
         elif isinstance(reply, BaseException):  # refused (fenced): raised as amber's
             raise reply
     if not reply:
@@ -254,6 +251,28 @@ def _confirm(
             " writer is using it (fence it off with a run's token first)",
             agent_id=agent_id,
         )
+
+
+def _swap_epoch(
+    client: redis.Redis, keys: Keys, agent_id: str, was: str, now: str, token: int | None
+) -> bool:
+    """The memory's epoch made ``now`` if it is ``was`` (``scripts.CONFIRM``), refused
+    below the fence; whether it is ``now``."""
+    return bool(
+        client.register_script(scripts.CONFIRM)(
+            keys=[keys.l1_epoch(agent_id), keys.l1_fence(agent_id)],
+            args=[was, now, "" if token is None else token],
+        )
+    )
+
+
+def disown(client: redis.Redis, keys: Keys, agent_id: str, epoch: str, token: int | None) -> None:
+    """Mark the agent's memory, of incarnation ``epoch``, as one nothing takes as it is
+    (unconfirmed, :data:`scripts.UNCONFIRMED`): it lost writes Redis had acknowledged,
+    so the next recovery rebuilds it from a snapshot, however its sequence reads. Nothing
+    changes if the memory is another incarnation by now; ``Fenced`` below the fence."""
+    with redis_errors(agent_id):
+        _swap_epoch(client, keys, agent_id, epoch, f"{scripts.UNCONFIRMED}lost:{epoch}", token)
 
 
 class _Unchecked(Exception):

@@ -41,10 +41,17 @@ class KnownWrites:
     epoch: str | None = None
     sound: bool = True
     nbytes: int = 0
+    seen: tuple[str, int, int] | None = None
+    """(epoch, first sequence, last sequence) of every write noted, kept whatever else
+    the log lets go: what Redis told this object, for :meth:`lost_since`."""
+    backwards: bool = False
+    """A write was given a sequence no later than an earlier one's under the same epoch."""
 
     def note(self, seq: Any, epoch: Any, sets: Iterable[tuple[str, bytes | None]] | None) -> None:
         """One write Redis applied at ``seq`` under ``epoch``; ``sets`` its resulting
         values by name (None: a write whose result is not known here)."""
+        if self.enabled and isinstance(seq, int) and isinstance(epoch, bytes):
+            self._saw(seq, epoch.decode())
         if not (self.enabled and self.sound):
             return
         if sets is None or not isinstance(seq, int) or not isinstance(epoch, bytes):
@@ -78,6 +85,32 @@ class KnownWrites:
         save reads Redis, and what was kept is let go."""
         self.sound = False
         self.values.clear()
+
+    def _saw(self, seq: int, epoch: str) -> None:
+        if self.seen is None or self.seen[0] != epoch:
+            self.seen = (epoch, seq, seq)
+            return
+        if seq <= self.seen[2]:
+            self.backwards = True
+        self.seen = (epoch, self.seen[1], seq)
+
+    def lost_since(self, base: Snapshot | None) -> str:
+        """Why Redis no longer holds writes it acknowledged, by the sequences it gave these
+        writes: one no later than an earlier write's, or than that of ``base`` (the memory
+        the last save stored) under the same epoch. A replica promoted behind its primary
+        (a failover) gives out again the sequences of the writes it never received, so
+        the sequence alone would name two memories. '' when nothing says so."""
+        if self.seen is None:
+            return ""
+        epoch, first, last = self.seen
+        if self.backwards:
+            return f"a write was given sequence {last}, no later than an earlier write's"
+        if base is not None and base.epoch == epoch and first <= base.seq:
+            return (
+                f"a write was given sequence {first}, where the last save stored sequence"
+                f" {base.seq} (a failover to a replica that had not received the writes?)"
+            )
+        return ""
 
     def proves(self, base: Snapshot) -> bool:
         """Whether these writes on ``base`` give the memory as Redis holds it now."""

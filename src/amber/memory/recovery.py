@@ -84,9 +84,12 @@ def _born_from_snapshot_at_least(epoch: str | None, seq: int) -> bool:
 
 def _same_hash(snap: Snapshot, reference: Loaded | MemoryMark) -> bool:
     """Whether ``snap`` hashes to ``reference``'s hash, in the format it was taken in (a
-    snapshot an older amber wrote may be in format 1)."""
-    fmt = reference.fmt if isinstance(reference, Loaded) else codec.FORMAT_VERSION
-    return snap.hash_in(fmt) == reference.hash
+    snapshot an older amber wrote may be in format 1; a mark's format is not known, so
+    either will do)."""
+    if isinstance(reference, Loaded):
+        return snap.hash_in(reference.fmt) == reference.hash
+    # a mark read without its snapshot does not say its format: an older amber's counts too
+    return any(snap.hash_in(fmt) == reference.hash for fmt in codec.FORMATS[::-1])
 
 
 def l1_complete(snap: Snapshot, reference: Loaded | MemoryMark | None) -> tuple[bool, str]:
@@ -201,19 +204,9 @@ class DualRecoveryStrategy:
             )
         reference: Loaded | MemoryMark | None = want
         if snap.indexed and not fresh and want is None:
-            loaders: list[Callable[[], Loaded | None]] = [
-                lambda: self.l1_restorer.load_secondary(agent_id),
-                lambda: self.l1_restorer.load_postgres(analysis_id, agent_type),
-            ]
-            for load in loaders:
-                try:
-                    reference = load()
-                except StoreUnavailable:
-                    raise
-                except AmberError as exc:  # restore reports it below
-                    log.warning("a snapshot of %s is unreadable: %s", agent_id, exc)
-                if reference is not None:
-                    break
+            reference = self._newest(agent_id, analysis_id, agent_type)
+            if isinstance(reference, MemoryMark):  # a restore looks for PostgreSQL's first
+                want = reference
         ok, reason = l1_complete(snap, reference)
         if ok:
             self.ttl_manager.restore_active_ttl_on_resume(agent_id)
@@ -244,6 +237,33 @@ class DualRecoveryStrategy:
         # refused, and reads the index again, if the memory was written since)
         held = Held((*snap.memory, *snap.missing), snap.seq, snap.epoch)
         return self._restore(agent_id, analysis_id, agent_type, t0, reason, want, token, held)
+
+    def _newest(
+        self, agent_id: str, analysis_id: object, agent_type: str
+    ) -> Loaded | MemoryMark | None:
+        """The newest memory stored anywhere, for L1 to be compared with: the Redis
+        secondary, unless PostgreSQL's newest checkpoint holds a later one (or another at
+        the same sequence), whose mark (read without the memory) is then the reference.
+        The secondary alone is not trusted to be newest: a failover can take it back with
+        the memory it copied."""
+        secondary = None
+        try:
+            secondary = self.l1_restorer.load_secondary(agent_id)
+        except StoreUnavailable:
+            raise
+        except AmberError as exc:  # a restore reports it
+            log.warning("the secondary snapshot of %s is unreadable: %s", agent_id, exc)
+        mark = self.l1_restorer.newest_mark(analysis_id, agent_type)
+        if mark is None:
+            return secondary
+        seq, hash_, epoch = mark
+        if (
+            secondary is None
+            or seq > secondary.seq
+            or (seq == secondary.seq and hash_ != secondary.hash)
+        ):
+            return MemoryMark(seq, hash_, epoch)
+        return secondary
 
     def _restore(
         self,

@@ -43,6 +43,7 @@ from amber.memory.snapshot import (
     elapsed_ms,
     read_memory,
 )
+from amber.schema import sql
 
 log = logging.getLogger("amber.memory")
 
@@ -187,6 +188,16 @@ class L1CacheRestorer:
         """The newest snapshot stored with checkpoints in PostgreSQL that verifies."""
         chain = self._pg_chain(analysis_id, agent_type)[1]
         return chain.loaded(-1) if chain else None
+
+    def newest_mark(
+        self, analysis_id: object, agent_type: str
+    ) -> tuple[int, str, str | None] | None:
+        """(sequence, hash, epoch) of the memory stored with the agent's newest checkpoint
+        that holds one, read without the memory itself; None if none does."""
+        aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
+        with self.pg.connection() as conn:
+            row = conn.execute(sql.NEWEST_MEMORY, (aid, atype)).fetchone()
+        return (int(row[0]), str(row[1]), row[2]) if row and row[0] is not None else None
 
     def _pg_chain(
         self, analysis_id: object, agent_type: str, below: int = 2**62

@@ -358,11 +358,13 @@ def unconfirmed(epoch: str | bytes | None) -> bool:
 
 CONFIRM = (
     """
--- A restore's memory confirmed: its epoch, written unconfirmed, becomes its own.
+-- An agent's epoch swapped, if it is still the one expected: a restore's memory
+-- confirmed (its epoch, written unconfirmed, becomes its own), or a memory that lost
+-- writes disowned (its epoch becomes an unconfirmed one).
 -- KEYS[1] the agent's epoch, KEYS[2] its fence
--- ARGV[1] the unconfirmed epoch, ARGV[2] the epoch, ARGV[3] the restoring run's token
--- ('' unfenced). The epoch keeps the TTL the restore gave it, with the memory's keys.
--- Returns 1, or 0 when the memory is no longer the one written (nothing changes).
+-- ARGV[1] the epoch expected, ARGV[2] the new one, ARGV[3] the run's token ('' unfenced).
+-- The epoch keeps the TTL it had, with the memory's keys.
+-- Returns 1, or 0 when the memory is no longer the one expected (nothing changes).
 """
     + _check_fence("KEYS[2]", "ARGV[3]")
     + """

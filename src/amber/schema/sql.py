@@ -124,6 +124,12 @@ WHERE checkpoint_id = %s
 """
 """Where a checkpoint's snapshot is: its agent's chain (``SNAPSHOT_CHAIN``) up to its row."""
 
+NEWEST_MEMORY = """
+SELECT l1_snapshot_seq, l1_snapshot_hash, l1_snapshot_epoch FROM agent_checkpoints
+WHERE analysis_id = %s AND agent_type = %s AND l1_snapshot IS NOT NULL ORDER BY seq DESC LIMIT 1
+"""
+"""The memory the newest checkpoint holding one was taken with: sequence, hash, epoch."""
+
 SNAPSHOT_CHAIN = """
 SELECT seq, l1_snapshot, l1_snapshot_size, l1_snapshot_hash, l1_snapshot_seq, l1_snapshot_epoch,
     l1_snapshot_base

@@ -56,6 +56,11 @@ def test_postgres_outage_then_return(own: tuple[EmbeddedRedis, EmbeddedPostgres]
             agent.agent_id, agent.analysis_id, "probe_agent"
         )
         assert report is not None and report.source == "redis_secondary"
+        # a recovery without a mark keeps that memory: PostgreSQL's newest is not known
+        recovered = stack.recovery.recover_agent_state(
+            agent.agent_id, agent.analysis_id, "probe_agent"
+        )
+        assert recovered.path == "l1_existing"
         # psycopg's pool retries a lost connection after 1, 2, 4, 8, 16 s...: an outage of
         # 17 s puts its next try 14 s after the server is back, unless amber bounds the
         # tries (PG_RECONNECT_SECONDS) so that the next call connects afresh

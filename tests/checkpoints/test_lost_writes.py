@@ -114,3 +114,52 @@ def test_an_analysis_whose_agent_lost_acknowledged_writes_ends_as_an_uninterrupt
     assert _results(stack, aid) == reference
     assert max(seen.values()) == 2  # the step in flight ran again, no other
     assert sum(n - 1 for n in seen.values()) == 1
+
+
+def test_a_save_refuses_again_until_the_memory_is_recovered(stack: amber.Stack) -> None:
+    """What the sequences said stays with the memory object: a save tried again without
+    a recovery refuses again, and after the recovery (another incarnation) saves go on."""
+    agent = Keeper(str(uuid.uuid4()), "AAPL", stack.memory(f"keeper-{uuid.uuid4().hex[:8]}"))
+    for name in STEPS[:2]:
+        _step(stack, agent, name)
+    replica = _as_it_was(stack, agent.agent_id)
+    _step(stack, agent, STEPS[2])
+    _promote(stack, agent.agent_id, replica)
+    agent.complete(STEPS[3], agent.run_subtask(STEPS[3]))
+    with pytest.raises(MemoryLost, match="acknowledged"):
+        stack.checkpointer.save_checkpoint(agent, STEPS[3])
+    with pytest.raises(MemoryLost):  # marked lost: taken by no one until recovered
+        stack.checkpointer.save_checkpoint(agent, STEPS[3])
+    # L1's index gone too: the secondary the failover took back is not restored as newest
+    stack.redis.delete(stack.keys.l1_index(agent.agent_id))
+    report = stack.recovery.recover_agent_state(agent.agent_id, agent.analysis_id, agent.agent_type)
+    assert report.path == "postgresql_checkpoint" and report.current, report
+    agent.l1_cache.guard(report.epoch)
+    agent.run_subtask(STEPS[3])  # the step in flight, again (its completion is noted)
+    cp = stack.checkpointer.save_checkpoint(agent, STEPS[3])
+    assert cp.completed_subtasks == list(STEPS[:4])
+    mem = stack.memory(agent.agent_id)
+    assert [mem.get(n) for n in STEPS[:4]] == [b"v:s0", b"v:s1", b"v:s2", b"v:s3"]
+
+
+def test_no_loss_is_reported_where_none_happened(stack: amber.Stack) -> None:
+    """Sequences that run on, however the memory was snapshotted or written in between,
+    are no loss: a snapshot stored between a write and the save, a second memory object
+    writing to the same agent, a deferred batch too big to keep (sent the ordinary way)."""
+    from amber.memory import known
+
+    agent = Keeper(str(uuid.uuid4()), "AAPL", stack.memory(f"keeper-{uuid.uuid4().hex[:8]}"))
+    _step(stack, agent, STEPS[0])
+    agent.l1_cache.set("extra", "1")
+    stack.snapshotter.store(stack.snapshotter.take(agent.agent_id, full=True))
+    _step(stack, agent, STEPS[1])
+    other = stack.memory(agent.agent_id)
+    other.set("from another object", "2")
+    _step(stack, agent, STEPS[2])
+    big = b"x" * (known.MAX_BYTES + 1)
+    with agent.l1_cache.batch(defer=True) as b:
+        b.set("big", big)
+    stack.checkpointer.save_checkpoint(agent, None)
+    stack.checkpointer.save_checkpoint(agent, None)
+    _step(stack, agent, STEPS[3])
+    assert stack.memory(agent.agent_id).get("big") == big

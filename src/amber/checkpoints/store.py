@@ -34,6 +34,7 @@ from amber.checkpoints.versions import CheckpointMigrations, registry
 from amber.config import Durability, Settings
 from amber.engines.later import Pending
 from amber.errors import (
+    AmberError,
     MemoryLost,
     StoreUnavailable,
 )
@@ -42,7 +43,7 @@ from amber.memory import scripts
 from amber.memory.apply import disown
 from amber.memory.batch import Staged
 from amber.memory.journal import L1Journal
-from amber.memory.known import batch_sets
+from amber.memory.known import KnownWrites, batch_sets
 from amber.memory.reading import redis_errors
 from amber.memory.recovery import MemoryMark
 from amber.memory.restore import PG_SNAPSHOTS_TRIED
@@ -249,6 +250,7 @@ class AgentCheckpointer(CheckpointReads):
                 self._not_applied(cp, mem, snap, copies, staged, replies, l1 is not None)
                 observe.emit(observe.CHECKPOINT_SAVE, time.perf_counter() - t0, mode=self.mode)
                 return cp
+            mem.known.saw(staged.seq, staged.epoch)  # the sequence Redis gave them
         if quiet or copies is not None:
             self.snapshotter.remember(
                 snap, cp.seq if l1 else None, l1.chain if l1 else 0, private=private
@@ -272,19 +274,10 @@ class AgentCheckpointer(CheckpointReads):
         mem = agent.l1_cache
         known = mem.take_known()
         try:
-            stored = self.snapshotter.stored(agent.agent_id)
-            lost = known.lost_since(stored.snap if stored is not None else None)
-            if lost and known.seen is not None:  # the last save's memory is no longer Redis's
-                self.snapshotter.forget(agent.agent_id)
-                disown(mem.redis, mem.keys, agent.agent_id, known.seen[0], mem.token)
-                raise MemoryLost(
-                    f"working memory lost writes Redis had acknowledged ({lost}); recover it first",
-                    agent_id=agent.agent_id,
-                    analysis_id=agent.analysis_id,
-                )
             if staged is not None:  # Redis applies them at the next sequence: Staged.take
                 known.note(staged.seq, staged.epoch.encode(), batch_sets(staged.ops))
             snap = self.snapshotter.advance(agent.agent_id, hint=written, known=known)
+            self._refuse_lost_writes(agent, known, snap)
         except BaseException:
             if staged is not None:  # nothing sent: still the memory object's to apply
                 mem.restage(staged.ops)
@@ -386,6 +379,29 @@ class AgentCheckpointer(CheckpointReads):
             raw = snap.delta_raw(base_row)
             return L1Row(codec.pack(raw), len(raw), base_row, stored.chain + 1)
         return L1Row(snap.pack(), len(snap.raw), None, 0)
+
+    def _refuse_lost_writes(
+        self, agent: Checkpointable, known: KnownWrites, snap: Snapshot
+    ) -> None:
+        """``MemoryLost`` when Redis gave a write of the agent's memory object a sequence
+        no later than an earlier write's, and the memory is still that incarnation: it
+        lost writes it had acknowledged. The memory is first marked unconfirmed, so that
+        no recovery keeps it as it is (if that fails, the object's log still says so, and
+        the next save refuses too)."""
+        lost = known.lost_since()
+        if not lost or known.seen is None or snap.epoch != known.seen[0]:
+            return
+        self.snapshotter.forget(agent.agent_id)
+        mem = agent.l1_cache
+        try:
+            disown(mem.redis, mem.keys, agent.agent_id, known.seen[0], mem.token)
+        except AmberError as exc:
+            lost += f"; it could not be marked lost: {exc}"
+        raise MemoryLost(
+            f"working memory lost writes Redis had acknowledged ({lost}); recover it first",
+            agent_id=agent.agent_id,
+            analysis_id=agent.analysis_id,
+        )
 
     @staticmethod
     def _check_memory(agent: Checkpointable, snap: Snapshot) -> None:

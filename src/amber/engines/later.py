@@ -93,14 +93,19 @@ class Pending:
     def send_more(self, commands: list[tuple[Any, ...]]) -> bool:
         """``commands`` on the held connection too, behind those sent and before any reply
         is read, so one wait reads every reply. False when they could not be sent: the
-        connection is then dropped, and every reply due is the error that lost it.
-        Commands that cannot be packed raise, with nothing more sent."""
+        connection is then dropped, and every reply due is the error that lost it; or
+        when they cannot be packed: nothing more is sent, and the replies due are read as
+        before. No health check goes out first (its reply would be read in place of
+        theirs)."""
         if self.done:
             return False
-        packed = _pack(commands)
+        try:
+            packed = _pack(commands)
+        except redis.DataError:
+            return False
         self.count += len(commands)
         try:
-            self.conn.send_packed_command(packed)  # type: ignore[no-untyped-call]
+            self.conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
         except (redis.RedisError, OSError) as exc:
             lost = redis.ConnectionError(f"the connection was lost while sending: {exc}")
             due = self.count

@@ -41,11 +41,12 @@ class KnownWrites:
     epoch: str | None = None
     sound: bool = True
     nbytes: int = 0
-    seen: tuple[str, int, int] | None = None
-    """(epoch, first sequence, last sequence) of every write noted, kept whatever else
-    the log lets go: what Redis told this object, for :meth:`lost_since`."""
-    backwards: bool = False
-    """A write was given a sequence no later than an earlier one's under the same epoch."""
+    seen: tuple[str, int] | None = None
+    """(epoch, latest sequence) Redis gave this object's writes, whatever else the log
+    lets go, and handed on to the next log (:meth:`handed_on`): for :meth:`lost_since`."""
+    backwards: str = ""
+    """Why a write's sequence says Redis lost earlier ones ('' if none has); handed on
+    until the memory is another incarnation."""
 
     def note(self, seq: Any, epoch: Any, sets: Iterable[tuple[str, bytes | None]] | None) -> None:
         """One write Redis applied at ``seq`` under ``epoch``; ``sets`` its resulting
@@ -86,31 +87,36 @@ class KnownWrites:
         self.sound = False
         self.values.clear()
 
-    def _saw(self, seq: int, epoch: str) -> None:
-        if self.seen is None or self.seen[0] != epoch:
-            self.seen = (epoch, seq, seq)
-            return
-        if seq <= self.seen[2]:
-            self.backwards = True
-        self.seen = (epoch, self.seen[1], seq)
+    def saw(self, seq: int, epoch: str) -> None:
+        """A write of this object's that Redis applied at ``seq`` under ``epoch`` outside
+        this log (a deferred batch, sent with a save): only its sequence is kept."""
+        if self.enabled:
+            self._saw(seq, epoch)
 
-    def lost_since(self, base: Snapshot | None) -> str:
-        """Why Redis no longer holds writes it acknowledged, by the sequences it gave these
-        writes: one no later than an earlier write's, or than that of ``base`` (the memory
-        the last save stored) under the same epoch. A replica promoted behind its primary
-        (a failover) gives out again the sequences of the writes it never received, so
-        the sequence alone would name two memories. '' when nothing says so."""
-        if self.seen is None:
-            return ""
-        epoch, first, last = self.seen
-        if self.backwards:
-            return f"a write was given sequence {last}, no later than an earlier write's"
-        if base is not None and base.epoch == epoch and first <= base.seq:
-            return (
-                f"a write was given sequence {first}, where the last save stored sequence"
-                f" {base.seq} (a failover to a replica that had not received the writes?)"
-            )
-        return ""
+    def _saw(self, seq: int, epoch: str) -> None:
+        if self.seen is not None and self.seen[0] == epoch:
+            if seq <= self.seen[1] and not self.backwards:
+                self.backwards = (
+                    f"a write was given sequence {seq}, where an earlier write of this"
+                    f" memory object was given {self.seen[1]} (a failover to a replica that"
+                    " had not received the writes?)"
+                )
+            seq = max(seq, self.seen[1])
+        elif self.seen is not None:  # another incarnation: nothing to compare with
+            self.backwards = ""
+        self.seen = (epoch, seq)
+
+    def lost_since(self) -> str:
+        """Why Redis no longer holds writes it acknowledged to this memory object, by the
+        sequences it gave them: a write given a sequence no later than an earlier one's
+        under the same epoch. A replica promoted behind its primary (a failover) gives out
+        again the sequences of the writes it never received, so the sequence alone would
+        name two memories. '' when nothing says so."""
+        return self.backwards
+
+    def handed_on(self) -> KnownWrites:
+        """A fresh log for the writes to come, keeping what Redis told this object."""
+        return KnownWrites(enabled=self.enabled, seen=self.seen, backwards=self.backwards)
 
     def proves(self, base: Snapshot) -> bool:
         """Whether these writes on ``base`` give the memory as Redis holds it now."""

@@ -253,7 +253,11 @@ class DualRecoveryStrategy:
             raise
         except AmberError as exc:  # a restore reports it
             log.warning("the secondary snapshot of %s is unreadable: %s", agent_id, exc)
-        mark = self.l1_restorer.newest_mark(analysis_id, agent_type)
+        try:
+            mark = self.l1_restorer.newest_mark(analysis_id, agent_type)
+        except StoreUnavailable as exc:  # the secondary, as when PostgreSQL was not asked
+            log.warning("PostgreSQL's newest memory of %s was not read: %s", agent_id, exc)
+            return secondary
         if mark is None:
             return secondary
         seq, hash_, epoch = mark

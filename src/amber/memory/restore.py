@@ -119,6 +119,36 @@ def _loader(found: Loader | str) -> Loader:
     return load
 
 
+@dataclass
+class _Outcome:
+    """A load's result or its error, kept to be given (or raised) when asked for."""
+
+    value: Loaded | None
+    error: Exception | None
+
+    @classmethod
+    def of(cls, load: Loader) -> _Outcome:
+        try:
+            return cls(load(), None)
+        except Exception as exc:
+            return cls(None, exc)
+
+    def get(self) -> Loaded | None:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _pg_is_newer(rows: list[tuple[Any, ...]], secondary: Loaded | None) -> bool:
+    """Whether the newest of PostgreSQL's chain ``rows`` (``chain_rows``) holds a later
+    memory than the secondary, or another at the same sequence (the secondary being
+    sound; an unreadable one is offered after PostgreSQL's anyway)."""
+    if not rows or secondary is None:
+        return False
+    seq, hash_ = int(rows[-1][4]), str(rows[-1][3])
+    return seq > secondary.seq or (seq == secondary.seq and hash_ != secondary.hash)
+
+
 class L1CacheRestorer:
     """Restores an agent's L1: Redis secondary first, then the PostgreSQL checkpoint."""
 
@@ -307,33 +337,39 @@ class L1CacheRestorer:
     def _candidates(
         self, agent_id: str, analysis_id: object, agent_type: str
     ) -> Iterator[tuple[str, Loader]]:
-        """(source, loader) pairs to try in order: the secondary, then PostgreSQL, newest
-        first. The secondary is read while PostgreSQL's newest chain is (a restore from
-        PostgreSQL, Redis having lost the agent, pays one round trip for both); when
-        PostgreSQL cannot be reached, the secondary is still tried first. A client with
-        no connection to hold (a cluster client) reads the secondary first and
-        PostgreSQL only if it must."""
+        """(source, loader) pairs to try in order: the secondary and PostgreSQL's chains,
+        newest first. Both are read before the first is offered: the secondary's read goes
+        out first and its reply is read after PostgreSQL's rows (a restore from
+        PostgreSQL, Redis having lost the agent, pays one round trip for both; a cluster
+        client, with no connection to hold, reads one after the other). The secondary
+        comes first unless PostgreSQL's newest memory is later than it (or another at the
+        same sequence): a failover can take the secondary back with the memory. When
+        PostgreSQL cannot be read, the secondary is still offered, and why PostgreSQL
+        could not be read is raised after it."""
         pending = self._send_secondary(agent_id)
-        newest: list[tuple[Any, ...]] | StoreUnavailable | None = None
-        if pending is None:  # nothing to overlap: PostgreSQL only if the secondary fails
-            yield "redis_secondary", lambda: self.load_secondary(agent_id)
-        else:
+        newest: list[tuple[Any, ...]] | Exception
+        try:
             try:
                 newest = self._pg_rows(analysis_id, agent_type, 2**62)
-            except StoreUnavailable as exc:
+            except Exception as exc:  # raised once the secondary was offered
                 newest = exc
-            except BaseException:
+            read = _Outcome.of(
+                (lambda: self.load_secondary(agent_id))
+                if pending is None
+                else (lambda: self._secondary_sent(agent_id, pending))
+            )
+        finally:  # an interrupt: the connection goes back, its reply unread
+            if pending is not None and not pending.done:
                 pending.drop()
-                raise
-            try:
-                yield "redis_secondary", lambda: self._secondary_sent(agent_id, pending)
-            finally:  # given up unread (the caller stopped): the connection goes back
-                if not pending.done:
-                    pending.drop()
-        if isinstance(newest, StoreUnavailable):
+        later = isinstance(newest, list) and _pg_is_newer(newest, read.value)
+        if not later:
+            yield "redis_secondary", read.get
+        if isinstance(newest, Exception):
             raise newest
         for found in self._pg_candidates(analysis_id, agent_type, newest):
             yield "postgresql_checkpoint", _loader(found)
+        if later:
+            yield "redis_secondary", read.get
 
     def restore_from_snapshot(
         self,

@@ -140,7 +140,7 @@ class AgentMemory(MemoryReads):
 
     def take_known(self) -> KnownWrites:
         """The writes noted since the last call, and a fresh log for those to come."""
-        known, self.known = self.known, KnownWrites(enabled=self.known.enabled)
+        known, self.known = self.known, self.known.handed_on()
         return known
 
     def _adopt(self, epoch: Any) -> None:

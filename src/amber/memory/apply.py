@@ -175,11 +175,12 @@ def _apply(
     def overlapped() -> None:
         during()  # type: ignore[misc]  # only passed when given
 
-    def call_args(at: str, read: Held) -> list[Any]:  # the script's ARGV, with epoch ``at``
-        return [payload, len(names), ttl_ms, seq, at, base, "" if token is None else token,
-                read.seq, read.epoch or "", len(payload)]  # fmt: skip
-
     fence = "" if token is None else token
+
+    def call_args(at: str, read: Held) -> list[Any]:  # the script's ARGV, with epoch ``at``
+        return [payload, len(names), ttl_ms, seq, at, base, fence, read.seq, read.epoch or "",
+                len(payload)]  # fmt: skip
+
     confirming = ("EVALSHA", CONFIRM_SHA, 2, keys.l1_epoch(agent_id), keys.l1_fence(agent_id),
                   unconfirmed, epoch, fence)  # fmt: skip
     confirmed: Any = None

@@ -51,14 +51,17 @@ class KnownWrites:
     def note(self, seq: Any, epoch: Any, sets: Iterable[tuple[str, bytes | None]] | None) -> None:
         """One write Redis applied at ``seq`` under ``epoch``; ``sets`` its resulting
         values by name (None: a write whose result is not known here)."""
-        if self.enabled and isinstance(seq, int) and isinstance(epoch, bytes):
-            self._saw(seq, epoch.decode())
-        if not (self.enabled and self.sound):
+        if not self.enabled:
             return
-        if sets is None or not isinstance(seq, int) or not isinstance(epoch, bytes):
+        known = isinstance(seq, int) and isinstance(epoch, bytes)
+        text = epoch.decode() if known else ""
+        if known:
+            self._saw(seq, text)
+        if not self.sound:
+            return
+        if sets is None or not known:
             self.spoil()
             return
-        text = epoch.decode()
         if self.count == 0:
             self.first, self.epoch = seq, text
         elif text != self.epoch:

@@ -14,7 +14,7 @@ from amber.keys import check_id
 from amber.memory import scripts
 from amber.memory.apply import Held
 from amber.memory.chain import Loaded
-from amber.memory.restore import L1CacheRestorer
+from amber.memory.restore import L1CacheRestorer, newer_than
 from amber.memory.snapshot import L1CacheSnapshotter, Snapshot, elapsed_ms
 from amber.memory.ttl import L1TTLManager
 
@@ -260,13 +260,8 @@ class DualRecoveryStrategy:
             return secondary
         if mark is None:
             return secondary
-        seq, hash_, epoch = mark
-        if (
-            secondary is None
-            or seq > secondary.seq
-            or (seq == secondary.seq and hash_ != secondary.hash)
-        ):
-            return MemoryMark(seq, hash_, epoch)
+        if secondary is None or newer_than(mark[0], mark[1], secondary):
+            return MemoryMark(*mark)
         return secondary
 
     def _restore(

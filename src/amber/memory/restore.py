@@ -139,14 +139,20 @@ class _Outcome:
         return self.value
 
 
+def newer_than(seq: int, hash_: str, secondary: Loaded) -> bool:
+    """Whether the memory of sequence ``seq`` and hash ``hash_`` (PostgreSQL's newest) is
+    later than the secondary's, or another at the same sequence: a failover can take the
+    secondary back with the memory it copied, so it is not trusted to be the newest."""
+    return seq > secondary.seq or (seq == secondary.seq and hash_ != secondary.hash)
+
+
 def _pg_is_newer(rows: list[tuple[Any, ...]], secondary: Loaded | None) -> bool:
-    """Whether the newest of PostgreSQL's chain ``rows`` (``chain_rows``) holds a later
-    memory than the secondary, or another at the same sequence (the secondary being
-    sound; an unreadable one is offered after PostgreSQL's anyway)."""
+    """:func:`newer_than` for the newest of PostgreSQL's chain ``rows`` (``chain_rows``);
+    False without rows or a sound secondary (an unreadable one is offered after
+    PostgreSQL's anyway)."""
     if not rows or secondary is None:
         return False
-    seq, hash_ = int(rows[-1][4]), str(rows[-1][3])
-    return seq > secondary.seq or (seq == secondary.seq and hash_ != secondary.hash)
+    return newer_than(int(rows[-1][4]), str(rows[-1][3]), secondary)
 
 
 class L1CacheRestorer:
@@ -213,11 +219,6 @@ class L1CacheRestorer:
             canon[name] = canon_of(name, {"type": rtype, "value": value, "ttl_ms": ttl})
         total = codec.digest_sum(canon)
         return loaded_canon("redis_secondary", canon, total, meta.hash, meta.seq, meta.epoch)
-
-    def load_postgres(self, analysis_id: object, agent_type: str) -> Loaded | None:
-        """The newest snapshot stored with checkpoints in PostgreSQL that verifies."""
-        chain = self._pg_chain(analysis_id, agent_type)[1]
-        return chain.loaded(-1) if chain else None
 
     def newest_mark(
         self, analysis_id: object, agent_type: str

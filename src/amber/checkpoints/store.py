@@ -377,7 +377,7 @@ class AgentCheckpointer(CheckpointReads):
             and stored.chain < MAX_CHAIN
         ):
             raw = snap.delta_raw(base_row)
-            return L1Row(codec.pack(raw), len(raw), base_row, stored.chain + 1)
+            return L1Row(codec.pack_row(raw), len(raw), base_row, stored.chain + 1)
         return L1Row(snap.pack(), len(snap.raw), None, 0)
 
     def _refuse_lost_writes(

@@ -112,3 +112,14 @@ def test_corrupt_documents_raise_codec_error(doc: bytes) -> None:
 
 def test_nul_is_base64_because_jsonb_cannot_hold_it() -> None:
     assert codec.encode_bytes(b"a\x00b") == {"b64": "YQBi"}
+
+
+@given(st.binary(max_size=3 * codec.PACK_MIN))
+@settings(max_examples=50)
+def test_a_row_is_compressed_only_when_long_and_reads_back_either_way(data: bytes) -> None:
+    stored = codec.pack_row(data)
+    assert codec.unpack(stored, len(data)) == data
+    if len(data) < codec.PACK_MIN:
+        assert stored == codec.store(data)  # as it is, in a frame: no time spent compressing
+    else:
+        assert stored == codec.pack(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,7 +53,7 @@ class Checkpoint:
 
     def to_doc(self) -> dict[str, Any]:
         """The record as a JSON-able document (extra fields at top level)."""
-        doc = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        doc = {name: getattr(self, name) for name in _field_names()}
         doc["checkpoint_time"] = self.checkpoint_time.astimezone(UTC).isoformat()
         extra = doc.pop("extra")
         doc.update(extra)
@@ -100,6 +101,12 @@ class Checkpoint:
             return cls(**known, extra=extra)
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointCorrupt(f"checkpoint document is malformed: {exc}") from None
+
+
+@functools.cache
+def _field_names() -> tuple[str, ...]:
+    """``Checkpoint``'s field names, in order (``dataclasses.fields`` builds them anew)."""
+    return tuple(f.name for f in dataclasses.fields(Checkpoint))
 
 
 def join_fields(fields: dict[str, bytes]) -> bytes:

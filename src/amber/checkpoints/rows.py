@@ -45,8 +45,8 @@ class Encoded:
 
     @classmethod
     def of(cls, record: delta.Record) -> Encoded:
-        """``record`` compressed and checksummed."""
-        return cls(record, codec.pack(record.raw), codec.sha256_hex(record.raw))
+        """``record`` compressed (when it is long enough to pay) and checksummed."""
+        return cls(record, codec.pack_row(record.raw), codec.sha256_hex(record.raw))
 
     @property
     def raw(self) -> bytes:

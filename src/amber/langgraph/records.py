@@ -44,10 +44,11 @@ def _text(*parts: object) -> bytes:
     return "\x00".join(map(str, parts)).encode("utf-8", "surrogatepass") + b"\x00"
 
 
-def pack(raw: bytes) -> tuple[bytes, int | None]:
-    """``(stored bytes, decompressed size or None)``: compressed when long and it pays."""
+def pack(raw: bytes, fast: bool = False) -> tuple[bytes, int | None]:
+    """``(stored bytes, decompressed size or None)``: compressed when long and it pays;
+    ``fast``: by ``codec.pack_fast`` (a body: versions repeated, little else)."""
     if len(raw) >= COMPRESS_MIN:
-        packed = codec.pack(raw)
+        packed = codec.pack_fast(raw) if fast else codec.pack(raw)
         if len(packed) < len(raw):
             return packed, len(raw)
     return raw, None
@@ -105,7 +106,7 @@ class Body:
     @classmethod
     def of(cls, checkpoint_id: str, msgpack: bytes) -> Body:
         """The body of a serialized document."""
-        data, size = pack(msgpack)
+        data, size = pack(msgpack, fast=True)
         return cls(checkpoint_id, data, size)
 
     def digest(self) -> bytes:

@@ -450,7 +450,7 @@ for i = last + 1, #ARGV, {MAX_ARGS_PER_CALL} do
   redis.call('HDEL', KEYS[2], unpack(ARGV, i, math.min(i + {MAX_ARGS_PER_CALL - 1}, #ARGV)))
 end
 redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
-if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+redis.call('PEXPIRE', KEYS[2], ARGV[6])  -- none when the hash is empty: 0, no error
 if ARGV[7] ~= '' then  -- changes up to the delta's base are in a stored snapshot now
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', tonumber(ARGV[7]))
 end

@@ -108,8 +108,9 @@ class Snapshot:
         return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
     def pack(self) -> bytes:
-        """The whole snapshot as PostgreSQL stores it: zstd canonical JSON."""
-        return codec.pack(self.raw)
+        """The whole snapshot as PostgreSQL stores it: canonical JSON in a zstd frame
+        (compressed unless it is short: ``codec.pack_row``)."""
+        return codec.pack_row(self.raw)
 
     def delta_raw(self, base_row: int) -> bytes:
         """What changed since the base, as a document applied on checkpoint row ``base_row``."""

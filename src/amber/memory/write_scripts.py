@@ -56,9 +56,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 else
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
+redis.call('PEXPIRE', KEYS[2], ttl)  -- an index emptied by the write: 0, no error
 """
     + _mark_changed("KEYS[5]", "ARGV[2]", "ttl")
     + _keep_epoch("KEYS[4]", "ttl")
@@ -229,7 +227,7 @@ end
 chunked('HSET', KEYS[1], set, {2 * MAX_ARGS_PER_CALL})
 chunked('HDEL', KEYS[1], gone, {MAX_ARGS_PER_CALL})
 chunked('ZADD', KEYS[4], marks, {2 * MAX_ARGS_PER_CALL})
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
+redis.call('PEXPIRE', KEYS[1], ttl)  -- an index emptied by the batch: 0, no error
 redis.call('PEXPIRE', KEYS[4], ttl)
 """
     + _keep_epoch("KEYS[3]", "ttl")

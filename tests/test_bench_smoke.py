@@ -99,3 +99,28 @@ def test_bench_pg_failover_quick(engines: Engines) -> None:
     lines = run_quick("bench_pg_failover.py", engines)
     rows = [line for line in lines if line.startswith("round 1")]
     assert rows and rows[0].split()[-1] == "0", "\n".join(lines)  # no broken promise
+
+
+def test_bench_instructions_runs_its_operations(engines: Engines) -> None:
+    """Natively (the counts need valgrind, minutes a run): every operation runs in the
+    child process and the table names each side."""
+    lines = run_quick("bench_instructions.py", engines, "--native")
+    out = "\n".join(lines)
+    head = [line for line in lines if line.startswith("side ")]
+    assert head and "instructions / op" in head[0], out[-3000:]
+    sides = [line.split()[0] for line in lines if line.startswith(("amber ", "LangGraph "))]
+    assert sides == ["amber", "LangGraph", "amber", "LangGraph"], out[-3000:]
+
+
+def test_callgrind_dumps_are_read_by_the_name_they_were_dumped_under(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        from bench_instructions import counts
+    finally:
+        sys.path.remove(str(BENCH))
+    (tmp_path / "cg.out.7.1").write_text(
+        "# callgrind format\ndesc: Trigger: dump amber_save\nsummary: 4000\n"
+    )
+    (tmp_path / "cg.out.7.2").write_text("desc: Trigger: dump lg_save\nsummary: 3000\ntotals: 9\n")
+    (tmp_path / "cg.out.7").write_text("desc: Trigger: Program termination\nsummary: 1\n")
+    assert counts(tmp_path) == {"amber_save": 4000, "lg_save": 3000}

@@ -80,6 +80,7 @@ def _ops(eng: Engines, name: str) -> Callable[[int], None]:
         return lambda i: side.step(steps[i % len(steps)])
     if name == "amber_put":
         saver = AmberSaver(eng.stack)
+        _MANAGERS.append(_Closing(saver))
         # natively a burst of puts writes the hot copy once a second (copies.MAX_DELAY_S):
         # under valgrind a put takes long enough for the writer's pause (QUIET_S) to pass
         # after each one, which would count a copy's write per put
@@ -107,6 +108,18 @@ def _langgraph(eng: Engines, saver_class: Any) -> Any:
 
 
 _MANAGERS: list[Any] = []
+"""What the child closes before its engines stop: LangGraph's savers' connections, and
+amber's savers (their hot copies left to write, written while Redis is up)."""
+
+
+class _Closing:
+    """``saver.close()`` on ``__exit__``."""
+
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+
+    def __exit__(self, *exc: object) -> None:
+        self.saver.close()
 
 
 def _callgrind(*args: str) -> None:

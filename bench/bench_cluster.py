@@ -46,7 +46,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))  # tests.cluster: the local cluster
 
-from _harness import Engines, engines, header, print_table, series, stats  # noqa: E402
+from _harness import (  # noqa: E402
+    Engines,
+    delete_prefix,
+    engines,
+    header,
+    print_table,
+    series,
+    stats,
+)
 
 import amber  # noqa: E402
 from amber.agents.base import BaseAgent  # noqa: E402
@@ -287,6 +295,7 @@ def restore_vs_rows(eng: Engines, levels: list[int], n: int) -> list[tuple[str, 
     finally:
         with psycopg.connect(eng.admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        delete_prefix(eng.stack.redis, f"{eng.prefix}-rows")  # its own stack's keys
     return rows
 
 

@@ -29,6 +29,7 @@ directory; the child creates its own database and key prefix and removes them af
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -59,8 +60,10 @@ SIDES = (
 
 
 # -- the child: one process, every operation ------------------------------------------
-def _ops(eng: Engines, name: str) -> Callable[[int], None]:
-    """The operation ``name``, set up, as a function of its iteration."""
+def _ops(eng: Engines, name: str, closing: contextlib.ExitStack) -> Callable[[int], None]:
+    """The operation ``name``, set up, as a function of its iteration; what it opens is
+    closed by ``closing`` (before the servers stop: an AmberSaver's hot copies left to
+    write are written while Redis is up)."""
     import bench_langgraph as lgb
     import bench_save as sb
     from langgraph.checkpoint.postgres import PostgresSaver
@@ -74,19 +77,19 @@ def _ops(eng: Engines, name: str) -> Callable[[int], None]:
         if name == "amber_save":
             side = sb.AmberSide(eng.connect("checkpoint", tag="save"), payload)
         elif name == "lg_save":
-            side = sb.LangGraphSide(_langgraph(eng, PostgresSaver), payload)
+            side = sb.LangGraphSide(_langgraph(eng, PostgresSaver, closing), payload)
         else:
             side = sb.FloorSide(eng.stack)
         return lambda i: side.step(steps[i % len(steps)])
     if name == "amber_put":
         saver = AmberSaver(eng.stack)
-        _MANAGERS.append(_Closing(saver))
+        closing.callback(saver.close)
         # natively a burst of puts writes the hot copy once a second (copies.MAX_DELAY_S):
         # under valgrind a put takes long enough for the writer's pause (QUIET_S) to pass
         # after each one, which would count a copy's write per put
         saver._core.hot.quiet_s = saver._core.hot.max_delay_s = 3600.0
     else:
-        saver = _langgraph(eng, PostgresSaver)
+        saver = _langgraph(eng, PostgresSaver, closing)
     rng = random.Random(4)
     thread = lgb.Thread(saver)
     thread.put(lgb.full_state(4, 1_000))
@@ -98,28 +101,11 @@ def _ops(eng: Engines, name: str) -> Callable[[int], None]:
     return lambda i: thread.put(changes[i % len(changes)])
 
 
-def _langgraph(eng: Engines, saver_class: Any) -> Any:
-    """A PostgresSaver on the run's database, its tables made, open until the run ends."""
-    manager = saver_class.from_conn_string(eng.database_url)
-    saver = manager.__enter__()
-    _MANAGERS.append(manager)
+def _langgraph(eng: Engines, saver_class: Any, closing: contextlib.ExitStack) -> Any:
+    """A PostgresSaver on the run's database, its tables made, open until ``closing``."""
+    saver = closing.enter_context(saver_class.from_conn_string(eng.database_url))
     saver.setup()
     return saver
-
-
-_MANAGERS: list[Any] = []
-"""What the child closes before its engines stop: LangGraph's savers' connections, and
-amber's savers (their hot copies left to write, written while Redis is up)."""
-
-
-class _Closing:
-    """``saver.close()`` on ``__exit__``."""
-
-    def __init__(self, saver: Any) -> None:
-        self.saver = saver
-
-    def __exit__(self, *exc: object) -> None:
-        self.saver.close()
 
 
 def _callgrind(*args: str) -> None:
@@ -128,21 +114,17 @@ def _callgrind(*args: str) -> None:
 
 def child(ops: int, warmup: int, counted: bool) -> None:
     """Each operation of :data:`SIDES`: warmed up, then ``ops`` counted (``counted``)."""
-    with engines("bench-instructions") as eng:
-        try:
-            for _, _, name in SIDES:
-                op = _ops(eng, name)
-                for i in range(warmup):
-                    op(i)
-                if counted:
-                    _callgrind("-z")
-                for i in range(ops):
-                    op(warmup + i)
-                if counted:
-                    _callgrind("-d", name)
-        finally:
-            for manager in _MANAGERS:
-                manager.__exit__(None, None, None)
+    with engines("bench-instructions") as eng, contextlib.ExitStack() as closing:
+        for _, _, name in SIDES:
+            op = _ops(eng, name, closing)
+            for i in range(warmup):
+                op(i)
+            if counted:
+                _callgrind("-z")
+            for i in range(ops):
+                op(warmup + i)
+            if counted:
+                _callgrind("-d", name)
 
 
 # -- the parent: start the child, read its dumps ------------------------------------------

@@ -392,7 +392,7 @@ row (docs/performance.md)."""
 def pack_row(data: bytes) -> bytes:
     """``data`` for a PostgreSQL row: :func:`pack` when it is long enough to pay, else
     :func:`store`; :func:`unpack` reads either."""
-    return _contexts.storer.compress(data) if len(data) < PACK_MIN else pack(data)
+    return store(data) if len(data) < PACK_MIN else pack(data)
 
 
 def pack_fast(data: bytes) -> bytes:

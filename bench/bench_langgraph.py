@@ -251,27 +251,31 @@ def statement_floor(amber: Any, thread: Thread, n: int) -> Callable[[int], None]
     from amber.langgraph import sql as lsql
     from amber.langgraph.records import Blob
 
-    seen: list[tuple[dict[str, Any], list[Any], list[Any]]] = []
+    seen: list[tuple[dict[str, Any], list[Any], list[Any], list[Any]]] = []
     real = amber._core._insert
 
-    def capture(params: dict[str, Any], new: list[Any], refs: list[Any]) -> Any:
-        seen.append((params, new, refs))
-        return real(params, new, refs)
+    def capture(params: dict[str, Any], named: list[Any], new: list[Any], refs: list[Any]) -> Any:
+        seen.append((params, named, new, refs))
+        return real(params, named, new, refs)
 
     amber._core._insert = capture
     try:
         thread.put({"ch0": [0], "ch1": [1]})
     finally:
         del amber._core._insert
-    params, new, refs = seen[-1]
-    built = [
-        lsql.put_params(
-            {**params, "checkpoint_id": f"0-floor-{uuid.uuid4()}"},
-            [Blob(b.channel, f"{b.version}.floor{i}", b.type, b.data, b.size) for b in new],
-            refs,
+    params, named, new, refs = seen[-1]
+    built = []
+    for i in range(n + 10):
+        fresh = [Blob(b.channel, f"{b.version}.floor{i}", b.type, b.data, b.size) for b in new]
+        renamed = {b.channel: b for b in fresh}
+        built.append(
+            lsql.put_params(
+                {**params, "checkpoint_id": f"0-floor-{uuid.uuid4()}"},
+                [renamed.get(b.channel, b) for b in named],
+                fresh,
+                refs,
+            )
         )
-        for i in range(n + 10)
-    ]
 
     def put(i: int) -> None:
         with amber._core.pg.connection() as conn:

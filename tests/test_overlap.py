@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import amber
-from amber.engines.overlap import Array, Overlapped
+from amber.engines.overlap import Array, Overlapped, text_element
 
 INSERT = """
 INSERT INTO overlap_t (k, n, f, at, blob, flag, note)
@@ -158,6 +158,8 @@ def test_arrays_arrive_element_for_element(
     arrays: each element as sent, read back by the server as JSON."""
     stmt = Overlapped("amber_test_overlap_arrays", ARRAYS)
     params = {"texts": Array.text(texts), "blobs": Array.bytea(blobs), "ints": Array.int4(ints)}
+    joined = Array.joined("text", texts, [text_element(t) for t in texts])
+    assert joined == params["texts"]  # the same bytes, however they are built
     row = stmt.run(conn, params, lambda: None)
     assert row is not None
     assert json.loads(row[0] or b"") == texts
@@ -168,6 +170,12 @@ def test_arrays_arrive_element_for_element(
 def test_an_array_psycopg_could_not_send_either_is_refused_before_anything_is_sent() -> None:
     with pytest.raises(psycopg.DataError, match="NUL"):
         Array.text(["a\x00b"])
+    with pytest.raises(psycopg.DataError, match="NUL"):
+        text_element("a\x00b")
+    with pytest.raises(psycopg.DataError, match="not valid text"):
+        text_element("\ud800")
+    with pytest.raises(psycopg.DataError, match="not text"):
+        text_element(7)  # type: ignore[arg-type]
     with pytest.raises(psycopg.DataError, match="not valid text"):
         Array.text(["\ud800"])
     with pytest.raises(psycopg.DataError, match="out of range"):

@@ -624,3 +624,32 @@ def _hot(stack: amber.Stack, quiet_s: float = 30, max_delay_s: float = 30) -> Ho
 def _copy_of(key: str, seq: int) -> Job:
     """A stand-in copy of row ``seq`` (checkpoint ``c<seq>``) for the heads hash ``key``."""
     return Job(seq, lambda: ([key], ["copy:", "head:", b"s", f"{seq:020d}:c{seq}", 60_000]))
+
+
+def test_a_checkpoint_names_its_own_versions_whatever_new_versions_says(
+    stack: amber.Stack, saver: AmberSaver, uid: ID
+) -> None:
+    """``new_versions`` should name the checkpoint's own versions of its changed channels.
+    Where it names another, that version is stored as named, and the checkpoint keeps
+    the versions its ``channel_versions`` give, each stored with its value: read back,
+    from this process and from PostgreSQL alone, it holds every value."""
+    config = {"configurable": {"thread_id": uid("t"), "checkpoint_ns": ""}}
+    md = {"source": "loop", "step": 0, "parents": {}}
+    cp = generate_checkpoint(
+        channel_values={"a": "a1", "b": "b1"}, channel_versions={"a": "1", "b": "1"}
+    )
+    config = saver.put(config, cp, md, {"a": "1", "b": "1"})  # type: ignore[arg-type]
+    cp = generate_checkpoint(
+        channel_values={"a": "a2", "b": "b1"}, channel_versions={"a": "2", "b": "1"}
+    )
+    config = saver.put(config, cp, {**md, "step": 1}, {"a": "9"})  # type: ignore[arg-type]
+    for got in (saver.get_tuple(config), from_postgresql(stack, config)):
+        assert got is not None
+        assert got.checkpoint["channel_versions"] == {"a": "2", "b": "1"}
+        assert got.checkpoint["channel_values"] == {"a": "a2", "b": "b1"}
+    with stack.pg.connection() as conn:
+        stored = conn.execute(
+            "SELECT channel, version FROM lg_blobs WHERE thread_id = %s ORDER BY 1, 2",
+            (config["configurable"]["thread_id"],),
+        ).fetchall()
+    assert stored == [("a", "1"), ("a", "2"), ("a", "9"), ("b", "1")]

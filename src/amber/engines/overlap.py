@@ -75,6 +75,17 @@ class Array:
         return cls(items, _array("text", encoded))
 
     @classmethod
+    def joined(
+        cls, kind: str, items: Sequence[str | bytes | int | None], elements: Sequence[bytes]
+    ) -> Array:
+        """An array of ``kind`` (``text``, ``bytea`` or ``int4``) of ``items``, from their
+        elements already in binary form (:func:`text_element`), none of them NULL: one
+        join, where a value sent in many arrays is encoded once."""
+        if not elements:
+            return cls(items, _EMPTY.pack(0, 0, _OID[kind]))
+        return cls(items, _HEADER.pack(1, 0, _OID[kind], len(elements), 1) + b"".join(elements))
+
+    @classmethod
     def bytea(cls, items: Sequence[bytes]) -> Array:
         """A ``bytea[]``."""
         return cls(items, _array("bytea", items))
@@ -104,6 +115,18 @@ def _array(kind: str, items: Sequence[bytes | None]) -> bytes:
             parts.append(item)
     parts[0] = _HEADER.pack(1, nulls, _OID[kind], len(items), 1)
     return b"".join(parts)
+
+
+def text_element(value: str) -> bytes:
+    """``value`` as one element of a binary ``text[]`` (its length, then its UTF-8), for
+    :meth:`Array.joined`; ``psycopg.DataError`` for a NUL or text that is not Unicode."""
+    if not isinstance(value, str):
+        raise psycopg.DataError("a text[] parameter holds a value that is not text")
+    try:
+        data = _text(value).encode()
+    except UnicodeEncodeError as exc:
+        raise psycopg.DataError(f"a parameter is not valid text: {exc}") from None
+    return _LENGTH.pack(len(data)) + data
 
 
 def _text(value: str) -> str:
@@ -167,7 +190,7 @@ class Overlapped:
         return (
             conn.autocommit
             and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
-            and conn.info.encoding == "utf-8"
+            and conn.pgconn.parameter_status(b"client_encoding") == b"UTF8"
         )
 
     def execute(
@@ -207,9 +230,17 @@ class Overlapped:
         formats: list[int] = []
         try:
             for name in self.names:
-                value, fmt = _param(params[name])
-                values.append(value)
-                formats.append(fmt)
+                param = params[name]  # the common kinds without a call each, else _param's
+                if type(param) is Array:
+                    values.append(param.data)
+                    formats.append(1)
+                elif type(param) is str:
+                    values.append(_text(param).encode())
+                    formats.append(0)
+                else:
+                    value, fmt = _param(param)
+                    values.append(value)
+                    formats.append(fmt)
         except UnicodeEncodeError as exc:
             raise psycopg.DataError(f"a parameter is not valid text: {exc}") from None
         pgconn = conn.pgconn

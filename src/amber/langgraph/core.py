@@ -140,21 +140,24 @@ class SaverCore:
         versions: ChannelVersions = checkpoint.get("channel_versions") or {}
         held = self.cache.get((at.thread_id, at.ns))
         cached = held.blobs if held is not None else {}
-        full: dict[str, Blob] = {}
+        brought: dict[str, Blob] = {}
         new: list[Blob] = []
         for ch, ver in new_versions.items():
-            full[ch] = self._blob(serde, at, ch, ver, values)
-            new.append(full[ch])
-        refs: list[Blob] = []
+            brought[ch] = self._blob(serde, at, ch, ver, values)
+            new.append(brought[ch])
+        named: list[Blob] = []  # the version of each channel the checkpoint names
+        refs: list[Blob] = []  # those it does not bring: held, else serialized again
         witnessed = held is not None
         for ch, ver in versions.items():
-            if ch in full:
-                continue
-            hit = cached.get(ch)
-            blob = hit if hit is not None and hit.version == str(ver) else None
-            witnessed = witnessed and blob is not None
-            full[ch] = blob or self._blob(serde, at, ch, ver, values)
-            refs.append(full[ch])
+            version = str(ver)
+            blob = brought.get(ch)
+            if blob is None or blob.version != version:
+                hit = cached.get(ch)
+                blob = hit if hit is not None and hit.version == version else None
+                witnessed = witnessed and blob is not None
+                blob = blob or self._blob(serde, at, ch, ver, values)
+                refs.append(blob)
+            named.append(blob)
         witness = held if witnessed else None
         typed = serde.dumps_typed(body_document(checkpoint, md, at.checkpoint_id))
         body = Body.of(cid, typed[1])
@@ -165,8 +168,6 @@ class SaverCore:
             "checkpoint_id": cid,
             "run_id": run_id if isinstance(run_id, str) else None,
             "metadata": metadata_json(md),
-            "channels": list(versions),
-            "versions": [str(v) for v in versions.values()],
             "body": body.data,
             "body_size": body.size,
             "body_sha256": body.digest(),
@@ -175,11 +176,12 @@ class SaverCore:
             "witness": witness.body.checkpoint_id if witness is not None else None,
             "witness_seq": witness.seq if witness is not None else None,
         }
-        seq, missing = self._insert(params, new, refs)
+        seq, missing = self._insert(params, named, new, refs)
         if missing:  # pruned since this run read them: store them again from the values
-            again = [full[ch] for ch in missing]
+            gone = set(missing)
+            again = [b for b in refs if b.channel in gone]
             seq, missing = self._insert(
-                params, [*new, *again], [b for b in refs if b.channel not in missing]
+                params, named, [*new, *again], [b for b in refs if b.channel not in gone]
             )
         if seq is None:
             raise CheckpointCorrupt(
@@ -188,9 +190,8 @@ class SaverCore:
                 checkpoint_ns=at.ns,
                 checkpoint_id=cid,
             )
-        blobs = {ch: full[ch] for ch in versions}
-        self.cache.put((at.thread_id, at.ns), Copy(seq, body, blobs))
-        self._store_hot(at, seq, body, list(blobs.values()))
+        self.cache.put((at.thread_id, at.ns), Copy(seq, body, {b.channel: b for b in named}))
+        self._store_hot(at, seq, body, named)
         return at.config(cid)
 
     @staticmethod
@@ -208,12 +209,16 @@ class SaverCore:
         return Blob.of(channel, str(version), typed)
 
     def _insert(
-        self, params: dict[str, Any], new: Sequence[Blob], refs: Sequence[Blob]
+        self,
+        params: dict[str, Any],
+        named: Sequence[Blob],
+        new: Sequence[Blob],
+        refs: Sequence[Blob],
     ) -> tuple[int | None, list[str]]:
-        """Run ``PUT_CHECKPOINT``: ``(seq, [])``, or ``(None, channels)`` whose versions
-        are missing."""
+        """Run ``PUT_CHECKPOINT`` (``lsql.put_params``): ``(seq, [])``, or ``(None,
+        channels)`` whose versions are missing."""
         try:
-            params = lsql.put_params(params, new, refs)
+            params = lsql.put_params(params, named, new, refs)
             with self.pg.connection() as conn:
                 row = _PUT.execute(conn, params)
         except psycopg.DataError as exc:

@@ -51,22 +51,27 @@ element at a time."""
 
 
 def put_params(
-    params: Mapping[str, Any], new: Sequence[Blob], refs: Sequence[Blob]
+    params: Mapping[str, Any], named: Sequence[Blob], new: Sequence[Blob], refs: Sequence[Blob]
 ) -> dict[str, Any]:
-    """``PUT_CHECKPOINT``'s parameters: the checkpoint's (``params``), the values it
-    brings (``new``) and the ones it only names (``refs``), its lists as arrays."""
+    """``PUT_CHECKPOINT``'s parameters: the checkpoint's (``params``), every value it names
+    in its channels' order (``named``: ``channels`` and ``versions``), the ones it brings
+    (``new``) and the ones it only names (``refs``), its lists as arrays. A blob's channel
+    and version are encoded once (``Blob.elements``), however many puts name them."""
+    wire = [b.elements() for b in named]
+    new_wire = [b.elements() for b in new]
+    ref_wire = [b.elements() for b in refs]
     return {
         **params,
-        "channels": Array.text(params["channels"]),
-        "versions": Array.text(params["versions"]),
-        "b_channel": Array.text([b.channel for b in new]),
-        "b_version": Array.text([b.version for b in new]),
+        "channels": Array.joined("text", [b.channel for b in named], [w[0] for w in wire]),
+        "versions": Array.joined("text", [b.version for b in named], [w[1] for w in wire]),
+        "b_channel": Array.joined("text", [b.channel for b in new], [w[0] for w in new_wire]),
+        "b_version": Array.joined("text", [b.version for b in new], [w[1] for w in new_wire]),
         "b_type": Array.text([b.type for b in new]),
         "b_data": Array.bytea([b.data for b in new]),
         "b_size": Array.int4([b.size for b in new]),
         "b_sha256": Array.bytea([b.digest() for b in new]),
-        "r_channel": Array.text([b.channel for b in refs]),
-        "r_version": Array.text([b.version for b in refs]),
+        "r_channel": Array.joined("text", [b.channel for b in refs], [w[0] for w in ref_wire]),
+        "r_version": Array.joined("text", [b.version for b in refs], [w[1] for w in ref_wire]),
     }
 
 

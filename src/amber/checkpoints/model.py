@@ -111,7 +111,13 @@ def _field_names() -> tuple[str, ...]:
 
 def join_fields(fields: dict[str, bytes]) -> bytes:
     """One JSON object of fields already encoded (``Checkpoint.fields``)."""
-    return b"{" + b",".join(orjson.dumps(name) + b":" + raw for name, raw in fields.items()) + b"}"
+    return b"{" + b",".join(_member(name) + raw for name, raw in fields.items()) + b"}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _member(name: str) -> bytes:
+    """A field's name as a JSON object member begins (``"name":``), encoded once."""
+    return orjson.dumps(name) + b":"
 
 
 def decode_doc(raw: bytes, expected_sha256: str | None = None) -> dict[str, Any]:

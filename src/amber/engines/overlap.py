@@ -237,6 +237,9 @@ class Overlapped:
                 elif type(param) is str:
                     values.append(_text(param).encode())
                     formats.append(0)
+                elif type(param) is bytes or param is None:
+                    values.append(param)
+                    formats.append(1)
                 else:
                     value, fmt = _param(param)
                     values.append(value)

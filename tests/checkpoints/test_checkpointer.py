@@ -76,6 +76,44 @@ def test_pg_fallback_when_backup_missing(stack: amber.Stack, agent: Probe) -> No
     assert restored.skipped == ["redis_backup: missing"]
 
 
+@pytest.mark.parametrize("current", [True, False], ids=["backup current", "backup older"])
+def test_a_long_state_is_left_to_a_current_backup_and_read_again_when_it_is_older(
+    stack: amber.Stack, agent: Probe, current: bool
+) -> None:
+    """The backup's read goes out before PostgreSQL is asked, and PostgreSQL leaves out a
+    state longer than ``BACKUP_SERVES`` for it: a current backup serves it, an older one
+    is skipped and the row read again, whole."""
+    from amber.checkpoints.reads import BACKUP_SERVES
+
+    def noise() -> str:  # incompressible: stored longer than BACKUP_SERVES
+        return base64.b64encode(os.urandom(2 * BACKUP_SERVES)).decode()
+
+    agent.complete("two", {"noise": noise()})
+    stack.checkpointer.save_checkpoint(agent, "two")
+    older = stack.redis.get(stack.keys.checkpoint(agent.agent_id))
+    agent.complete("three", {"noise": noise()})
+    newest = stack.checkpointer.save_checkpoint(agent, "three")
+    if not current:  # as after a crash between the PostgreSQL commit and the Redis write
+        stack.redis.set(stack.keys.checkpoint(agent.agent_id), older)  # type: ignore[arg-type]
+    restored = stack.checkpointer.restore_checkpoint(
+        agent.analysis_id, agent.agent_type, agent_id=agent.agent_id
+    )
+    assert restored.checkpoint == newest
+    if current:
+        assert restored.source == "redis_backup" and restored.skipped == []
+    else:
+        assert restored.source == "postgresql"
+        assert f"redis_backup: at sequence {newest.seq - 1}, PostgreSQL at {newest.seq}" in (
+            restored.skipped
+        )
+    with stack.pg.connection() as conn:
+        stored = conn.execute(
+            "SELECT octet_length(state) FROM agent_checkpoints WHERE checkpoint_id = %s",
+            (newest.checkpoint_id,),
+        ).fetchone()
+    assert stored is not None and stored[0] > BACKUP_SERVES
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "wrong_sum"])
 def test_corrupt_backup_is_reported_and_skipped(
     stack: amber.Stack, agent: Probe, damage: str

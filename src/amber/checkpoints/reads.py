@@ -18,6 +18,7 @@ from amber import codec, observe
 from amber.checkpoints import delta
 from amber.checkpoints.model import Checkpoint, unseal
 from amber.checkpoints.versions import CheckpointMigrations
+from amber.engines.later import Pending
 from amber.errors import AmberError, CheckpointCorrupt, CheckpointNotFound, StoreUnavailable
 from amber.keys import Keys, check_id, check_uuid
 from amber.memory.chain import chain_rows, fold_chain
@@ -32,6 +33,14 @@ PG_FALLBACK_ROWS = 3
 
 PG_FALLBACK_ROUNDS = 3
 """Batches of older rows tried before a restore gives up with ``CheckpointCorrupt``."""
+
+BACKUP_SERVES = 16 * 1024
+"""A restore whose Redis backup is read alongside PostgreSQL leaves a stored state longer
+than this to the backup (read again from PostgreSQL when the backup is not current); a
+shorter one comes with the row, as the backup's reply is not known yet."""
+
+_ANY = 2**31 - 1
+"""No bound on a state's length (``NEWEST_CHECKPOINT``)."""
 
 
 @dataclass(frozen=True)
@@ -76,23 +85,41 @@ class CheckpointReads:
     ) -> RestoredCheckpoint:
         """The newest checkpoint PostgreSQL has committed.
 
-        With ``agent_id`` the Redis backup is read first and used when it names the
-        newest committed sequence, saving the state's transfer; PostgreSQL is asked in
-        every case (one round trip). A newest row that fails its checksum falls back
-        to the next older sound one. With ``version`` (the agent code's), older records
-        are migrated and newer ones refused with ``VersionTooNew``. Raises
-        ``CheckpointNotFound`` if there is none.
+        With ``agent_id`` the Redis backup is read too and used when it names the
+        newest committed sequence; PostgreSQL is asked in every case. The backup's read
+        goes out first and its reply is read after PostgreSQL's row, which leaves out a
+        state longer than ``BACKUP_SERVES`` bytes for the backup to serve (read again,
+        from the row, when the backup is not that row's): one round trip for both. A
+        client that cannot hold a connection (a cluster client) reads the backup first
+        and asks PostgreSQL for the state only if the backup is not current. A newest
+        row that fails its checksum falls back to the next older sound one. With
+        ``version`` (the agent code's), older records are migrated and newer ones refused
+        with ``VersionTooNew``. Raises ``CheckpointNotFound`` if there is none.
         """
         t0 = time.perf_counter()
         aid, atype = check_uuid(analysis_id), check_id(agent_type, "agent_type")
         skipped: list[str] = []
         backup: tuple[int, dict[str, Any]] | None = None
+        pending: Pending | None = None
         if agent_id is not None:
-            backup = self._read_backup(check_id(agent_id, "agent_id"), skipped)
-        with self.pg.connection() as conn:
-            row = conn.execute(
-                sql.NEWEST_CHECKPOINT, (backup[0] if backup else -1, aid, atype)
-            ).fetchone()
+            key = self.keys.checkpoint(check_id(agent_id, "agent_id"))
+            pending = Pending.hold(self.redis)
+            if pending is None or not pending.send_now([("GET", key)]):
+                pending = None  # read first, the ordinary way (its errors are skipped)
+                backup = self._read_backup(agent_id, skipped)
+        try:
+            with self.pg.connection() as conn:
+                known, longest = (
+                    (-1, BACKUP_SERVES)
+                    if pending is not None
+                    else (backup[0] if backup else -1, _ANY)
+                )
+                row = conn.execute(sql.NEWEST_CHECKPOINT, (known, longest, aid, atype)).fetchone()
+            if pending is not None and agent_id is not None:
+                backup = self._backup_of(agent_id, pending.replies()[0], skipped)
+        finally:  # an error or an interrupt: the connection goes back, its reply unread
+            if pending is not None and not pending.done:
+                pending.drop()
         if row is None:
             raise CheckpointNotFound(
                 "no checkpoint for this agent", analysis_id=aid, agent_type=atype
@@ -102,7 +129,7 @@ class CheckpointReads:
         source = "redis_backup"
         if (
             backup is not None
-            and state is None
+            and backup[0] == int(head)
             and delta.value_of(backup[1], "checkpoint_id") == str(cid)
         ):
             try:
@@ -143,13 +170,32 @@ class CheckpointReads:
         return Checkpoint.from_doc(doc)
 
     def _read_backup(self, agent_id: str, skipped: list[str]) -> tuple[int, dict[str, Any]] | None:
+        blob: object
         try:
             with redis_errors(agent_id):
                 blob = self.redis.get(self.keys.checkpoint(agent_id))
-            if blob is None:
-                skipped.append("redis_backup: missing")
-                return None
-            seq, doc = unseal(cast(bytes, blob))
+        except AmberError as exc:  # unreachable, or a key of another type
+            blob = exc
+        return self._backup_of(agent_id, blob, skipped)
+
+    def _backup_of(
+        self, agent_id: str, reply: object, skipped: list[str]
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The backup's ``(sequence, record)`` from Redis's reply to its ``GET`` (bytes,
+        None, or the error instead); None, with why in ``skipped``, when it is missing,
+        unreadable or not to be trusted."""
+        if reply is None:
+            skipped.append("redis_backup: missing")
+            return None
+        try:
+            if isinstance(reply, redis.RedisError):  # a reply read later: as a GET raises it
+                with redis_errors(agent_id):
+                    raise reply
+            if isinstance(reply, OSError):
+                raise StoreUnavailable(f"Redis failed: {reply}", agent_id=agent_id)
+            if isinstance(reply, AmberError):  # read by _read_backup
+                raise reply
+            seq, doc = unseal(cast(bytes, reply))
         except StoreUnavailable as exc:
             skipped.append(f"redis_backup: {exc}")
             return None

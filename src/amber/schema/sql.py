@@ -107,11 +107,9 @@ NEWEST_CHECKPOINT = _records(
     "CASE WHEN c.seq = %s OR octet_length(c.state) > %s THEN NULL ELSE c.state END",
     _newest("", "1"),
 )
-"""The newest row, its state left out when the caller already holds that sequence (the
-Redis copy it read) or when it is longer than the bound given (a caller whose Redis copy
-is still on its way: the copy serves a long state when it names that sequence, and the
-row is read again when not): one round trip, and PostgreSQL decides which copy is
-current."""
+"""The newest row, its state left out when the caller holds that sequence (the Redis copy
+it read) or when longer than the bound given (a Redis copy still on its way serves it
+when current, else the row is read again): PostgreSQL decides which copy is current."""
 
 OLDER_CHECKPOINTS = _records("c.state", _newest(" AND seq < %s", "%s")) + "ORDER BY c.seq DESC"
 

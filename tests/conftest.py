@@ -9,6 +9,7 @@ what it created.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,8 +51,9 @@ def on_cluster(redis_url: str | None = None) -> bool:
     return parse_redis_url(url).kind == "cluster" if url else False
 
 
-def scan_prefix(client: redis.Redis, prefix: str) -> list[bytes]:
-    """Every ``<prefix>:*`` key, on every primary of a cluster (SCAN; tests only)."""
+def scan_prefix(client: redis.Redis, prefix: str, derived: bool = False) -> list[bytes]:
+    """Every ``<prefix>:*`` key, on every primary of a cluster (SCAN; tests only);
+    ``derived``: also those of the prefixes tests make from it (``<prefix>-<name>:*``)."""
     if isinstance(client, redis.RedisCluster):
         scans = [n.redis_connection for n in client.get_primaries()]
     else:
@@ -59,15 +61,25 @@ def scan_prefix(client: redis.Redis, prefix: str) -> list[bytes]:
     found: list[bytes] = []
     for node in scans:
         assert node is not None
-        found += node.scan_iter(match=f"{prefix}:*", count=1000)
+        found += node.scan_iter(match=f"{prefix}[:-]*" if derived else f"{prefix}:*", count=1000)
     return found
 
 
-def delete_prefix(redis_url: str, prefix: str) -> None:
-    """Delete every ``<prefix>:*`` key, on every primary of a cluster."""
+def written_behind() -> None:
+    """Write now the LangGraph hot copies this process left to be written behind its
+    puts: at exit they would land under key prefixes already removed."""
+    copies = sys.modules.get("amber.langgraph.copies")
+    if copies is not None:
+        copies._flush_all()
+
+
+def delete_prefix(redis_url: str, prefix: str, derived: bool = False) -> None:
+    """Delete every ``<prefix>:*`` key, on every primary of a cluster (``derived``: and
+    every key of a prefix made from it, ``<prefix>-<name>:*``)."""
+    written_behind()
     client = open_redis(redis_url, 5.0)
     try:
-        for key in scan_prefix(client, prefix):
+        for key in scan_prefix(client, prefix, derived):
             client.delete(key)  # one key per call: keys under a prefix span slots
     finally:
         client.close()
@@ -108,7 +120,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        delete_prefix(redis_url, prefix)
+        delete_prefix(redis_url, prefix, derived=True)  # and -pgr, -demo, -cli-...
         _drop_database(admin_url, dbname)
         if started:
             stop_embedded(data_dir)

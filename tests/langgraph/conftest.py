@@ -22,7 +22,7 @@ from psycopg.conninfo import make_conninfo
 import amber
 from amber.langgraph import AmberSaver, AsyncAmberSaver
 
-from ..conftest import Engines
+from ..conftest import Engines, written_behind
 
 
 class SyncAsAsync(BaseCheckpointSaver[str]):
@@ -103,6 +103,7 @@ def private_stack(engines: Engines) -> Iterator[amber.Stack]:
         url = make_conninfo(engines.admin_url, dbname=dbname)
         with amber.connect(engines.redis_url, url, prefix=prefix) as stack:
             yield stack
+            written_behind()  # the copies its savers left to write: written, then removed
             keys = list(stack.redis.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
                 stack.redis.delete(*keys)

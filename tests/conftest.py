@@ -61,7 +61,7 @@ def scan_prefix(client: redis.Redis, prefix: str, derived: bool = False) -> list
     found: list[bytes] = []
     for node in scans:
         assert node is not None
-        found += node.scan_iter(match=f"{prefix}[:-]*" if derived else f"{prefix}:*", count=1000)
+        found += node.scan_iter(match=f"{prefix}[-:]*" if derived else f"{prefix}:*", count=1000)
     return found
 
 

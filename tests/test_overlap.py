@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import amber
-from amber.engines.overlap import Array, Overlapped, text_element
+from amber.engines.overlap import Array, Overlapped, _array, text_element
 
 INSERT = """
 INSERT INTO overlap_t (k, n, f, at, blob, flag, note)
@@ -158,8 +158,8 @@ def test_arrays_arrive_element_for_element(
     arrays: each element as sent, read back by the server as JSON."""
     stmt = Overlapped("amber_test_overlap_arrays", ARRAYS)
     params = {"texts": Array.text(texts), "blobs": Array.bytea(blobs), "ints": Array.int4(ints)}
-    joined = Array.joined("text", texts, [text_element(t) for t in texts])
-    assert joined == params["texts"]  # the same bytes, however they are built
+    joined = Array.joined(texts, [text_element(t) for t in texts])
+    assert joined.data == _array("text", [t.encode() for t in texts])  # array_recv's format
     row = stmt.run(conn, params, lambda: None)
     assert row is not None
     assert json.loads(row[0] or b"") == texts

@@ -22,7 +22,7 @@ from psycopg.conninfo import make_conninfo
 import amber
 from amber.langgraph import AmberSaver, AsyncAmberSaver
 
-from ..conftest import Engines, written_behind
+from ..conftest import Engines, delete_prefix
 
 
 class SyncAsAsync(BaseCheckpointSaver[str]):
@@ -103,10 +103,7 @@ def private_stack(engines: Engines) -> Iterator[amber.Stack]:
         url = make_conninfo(engines.admin_url, dbname=dbname)
         with amber.connect(engines.redis_url, url, prefix=prefix) as stack:
             yield stack
-            written_behind()  # the copies its savers left to write: written, then removed
-            keys = list(stack.redis.scan_iter(match=f"{prefix}:*", count=1000))
-            if keys:
-                stack.redis.delete(*keys)
+        delete_prefix(engines.redis_url, prefix)  # after the copies left to write
     finally:
         with psycopg.connect(engines.admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')

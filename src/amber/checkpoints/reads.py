@@ -170,13 +170,12 @@ class CheckpointReads:
         return Checkpoint.from_doc(doc)
 
     def _read_backup(self, agent_id: str, skipped: list[str]) -> tuple[int, dict[str, Any]] | None:
-        blob: object
+        reply: object
         try:
-            with redis_errors(agent_id):
-                blob = self.redis.get(self.keys.checkpoint(agent_id))
-        except AmberError as exc:  # unreachable, or a key of another type
-            blob = exc
-        return self._backup_of(agent_id, blob, skipped)
+            reply = self.redis.get(self.keys.checkpoint(agent_id))
+        except redis.RedisError as exc:  # judged as the same error read in a reply is
+            reply = exc
+        return self._backup_of(agent_id, reply, skipped)
 
     def _backup_of(
         self, agent_id: str, reply: object, skipped: list[str]
@@ -188,13 +187,11 @@ class CheckpointReads:
             skipped.append("redis_backup: missing")
             return None
         try:
-            if isinstance(reply, redis.RedisError):  # a reply read later: as a GET raises it
+            if isinstance(reply, redis.RedisError):  # named as redis_errors names it
                 with redis_errors(agent_id):
                     raise reply
             if isinstance(reply, OSError):
                 raise StoreUnavailable(f"Redis failed: {reply}", agent_id=agent_id)
-            if isinstance(reply, AmberError):  # read by _read_backup
-                raise reply
             seq, doc = unseal(cast(bytes, reply))
         except StoreUnavailable as exc:
             skipped.append(f"redis_backup: {exc}")

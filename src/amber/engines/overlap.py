@@ -65,25 +65,16 @@ class Array:
     @classmethod
     def text(cls, items: Sequence[str]) -> Array:
         """A ``text[]``; ``psycopg.DataError`` for a NUL or text that is not Unicode."""
-        try:
-            _text("".join(items))
-            encoded = [item.encode() for item in items]
-        except TypeError:
-            raise psycopg.DataError("a text[] parameter holds a value that is not text") from None
-        except UnicodeEncodeError as exc:
-            raise psycopg.DataError(f"a parameter is not valid text: {exc}") from None
-        return cls(items, _array("text", encoded))
+        return cls.joined(items, [text_element(item) for item in items])
 
     @classmethod
-    def joined(
-        cls, kind: str, items: Sequence[str | bytes | int | None], elements: Sequence[bytes]
-    ) -> Array:
-        """An array of ``kind`` (``text``, ``bytea`` or ``int4``) of ``items``, from their
-        elements already in binary form (:func:`text_element`), none of them NULL: one
-        join, where a value sent in many arrays is encoded once."""
+    def joined(cls, items: Sequence[str], elements: Sequence[bytes]) -> Array:
+        """A ``text[]`` of ``items`` from their elements already in binary form
+        (:func:`text_element`): one join, where a value sent in many arrays is encoded
+        once."""
         if not elements:
-            return cls(items, _EMPTY.pack(0, 0, _OID[kind]))
-        return cls(items, _HEADER.pack(1, 0, _OID[kind], len(elements), 1) + b"".join(elements))
+            return cls(items, _EMPTY.pack(0, 0, _OID["text"]))
+        return cls(items, _HEADER.pack(1, 0, _OID["text"], len(elements), 1) + b"".join(elements))
 
     @classmethod
     def bytea(cls, items: Sequence[bytes]) -> Array:

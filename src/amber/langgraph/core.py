@@ -140,11 +140,8 @@ class SaverCore:
         versions: ChannelVersions = checkpoint.get("channel_versions") or {}
         held = self.cache.get((at.thread_id, at.ns))
         cached = held.blobs if held is not None else {}
-        brought: dict[str, Blob] = {}
-        new: list[Blob] = []
-        for ch, ver in new_versions.items():
-            brought[ch] = self._blob(serde, at, ch, ver, values)
-            new.append(brought[ch])
+        brought = {ch: self._blob(serde, at, ch, ver, values) for ch, ver in new_versions.items()}
+        new = list(brought.values())
         named: list[Blob] = []  # the version of each channel the checkpoint names
         refs: list[Blob] = []  # those it does not bring: held, else serialized again
         witnessed = held is not None

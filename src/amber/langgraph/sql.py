@@ -55,24 +55,33 @@ def put_params(
 ) -> dict[str, Any]:
     """``PUT_CHECKPOINT``'s parameters: the checkpoint's (``params``), every value it names
     in its channels' order (``named``: ``channels`` and ``versions``), the ones it brings
-    (``new``) and the ones it only names (``refs``), its lists as arrays. A blob's channel
-    and version are encoded once (``Blob.elements``), however many puts name them."""
-    wire = [b.elements() for b in named]
-    new_wire = [b.elements() for b in new]
-    ref_wire = [b.elements() for b in refs]
+    (``new``) and the ones it only names (``refs``), its lists as arrays."""
+    channels, versions = _channels_and_versions(named)
+    b_channel, b_version = _channels_and_versions(new)
+    r_channel, r_version = _channels_and_versions(refs)
     return {
         **params,
-        "channels": Array.joined("text", [b.channel for b in named], [w[0] for w in wire]),
-        "versions": Array.joined("text", [b.version for b in named], [w[1] for w in wire]),
-        "b_channel": Array.joined("text", [b.channel for b in new], [w[0] for w in new_wire]),
-        "b_version": Array.joined("text", [b.version for b in new], [w[1] for w in new_wire]),
+        "channels": channels,
+        "versions": versions,
+        "b_channel": b_channel,
+        "b_version": b_version,
         "b_type": Array.text([b.type for b in new]),
         "b_data": Array.bytea([b.data for b in new]),
         "b_size": Array.int4([b.size for b in new]),
         "b_sha256": Array.bytea([b.digest() for b in new]),
-        "r_channel": Array.joined("text", [b.channel for b in refs], [w[0] for w in ref_wire]),
-        "r_version": Array.joined("text", [b.version for b in refs], [w[1] for w in ref_wire]),
+        "r_channel": r_channel,
+        "r_version": r_version,
     }
+
+
+def _channels_and_versions(blobs: Sequence[Blob]) -> tuple[Array, Array]:
+    """The blobs' channels and versions as two ``text[]``, from the elements each blob
+    encoded once (``Blob.elements``), however many puts name it."""
+    wire = [b.elements() for b in blobs]
+    return (
+        Array.joined([b.channel for b in blobs], [w[0] for w in wire]),
+        Array.joined([b.version for b in blobs], [w[1] for w in wire]),
+    )
 
 
 _ROWS = """
